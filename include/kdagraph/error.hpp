@@ -1,0 +1,66 @@
+// kdagraph: errors. Every public entry point validates on the host before it enqueues anything and
+// throws kdagraph::Error naming the argument, its value and the allowed range (SPEC §6).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace kdagraph {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error("kdagraph: " + message) {}
+};
+
+// Thrown for a caller's bad argument; `argument()` names it so callers and tests can tell which.
+class InvalidArgument : public Error {
+ public:
+  InvalidArgument(std::string argument, const std::string& message)
+      : Error(message), argument_(std::move(argument)) {}
+  const std::string& argument() const noexcept { return argument_; }
+
+ private:
+  std::string argument_;
+};
+
+namespace detail {
+
+[[noreturn]] void throw_out_of_range(const char* where, const char* argument, int64_t value,
+                                     int64_t lo, int64_t hi);
+[[noreturn]] void throw_invalid(const char* where, const char* argument, const std::string& what);
+
+}  // namespace detail
+
+// `where`: the entry point; `argument`: the argument's name. Accepts lo <= value <= hi.
+inline void require_in_range(const char* where, const char* argument, int64_t value, int64_t lo,
+                             int64_t hi) {
+  if (value < lo || value > hi) detail::throw_out_of_range(where, argument, value, lo, hi);
+}
+
+inline void require(bool ok, const char* where, const char* argument, const std::string& what) {
+  if (!ok) detail::throw_invalid(where, argument, what);
+}
+
+}  // namespace kdagraph
+
+namespace kdagraph {
+
+// What only the device can see (SPEC §6): a kernel that meets a bad value clamps it to a safe one and
+// records it here. The first error's code, row and value are kept; `count` counts them all.
+enum class DeviceErrorCode : uint32_t {
+  none = 0,
+  slot_out_of_range = 1,    // a real row's slot outside [0, P): the row is treated as padding
+  slot_repeated = 2,        // a slot already used by an earlier row: the later row is treated as padding
+  accept_out_of_range = 3,  // an accept length outside its range: clamped into it
+};
+const char* to_string(DeviceErrorCode c);
+
+struct DeviceErrorWord {
+  uint32_t code = 0;  // DeviceErrorCode of the first error
+  int32_t row = -1;   // batch row (or slot, for accept_len) where it was met
+  int32_t value = 0;  // the offending value
+  uint32_t count = 0;
+};
+
+}  // namespace kdagraph

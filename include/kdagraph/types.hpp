@@ -1,0 +1,68 @@
+// kdagraph: plain value types shared by every public header. No device code; compiles with any C++17
+// compiler, with or without the CUDA toolkit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// The CUDA runtime spells cudaStream_t this way too; repeating the typedef keeps CUDA headers out of
+// the public API.
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;
+
+namespace kdagraph {
+
+enum class DType : int32_t { f32 = 0, bf16 = 1 };
+inline constexpr size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+const char* to_string(DType t);
+
+enum class Backend : int32_t { cpu = 0, cuda = 1 };
+const char* to_string(Backend b);
+// True when the library was built with CUDA and a device is visible.
+bool cuda_available();
+
+// How the recurrent state advances from one round to the next (SPEC §3).
+enum class Mode : int32_t { two_phase = 0, fused_accept = 1 };
+const char* to_string(Mode m);
+
+// SPEC §1, gate in kernel.
+enum class GateMode : int32_t {
+  precomputed = 0,   // g is the log decay itself
+  softplus = 1,      // g = -exp(A_log[h]) * softplus(x + dt_bias)
+  lower_bound = 2,   // g = lb * sigmoid(exp(A_log[h]) * (x + dt_bias))
+};
+
+// Per-layer preprocessing switches of SPEC §1.
+struct VerifyOptions {
+  bool l2norm_qk = false;
+  bool use_scale = true;
+  float scale = 0.0f;  // 0 means 1 / sqrt(K)
+  GateMode gate = GateMode::precomputed;
+  float gate_lower_bound = -5.0f;  // lb < 0, used by GateMode::lower_bound
+  bool beta_is_logit = false;
+};
+
+// Head geometry of the KDA layers of one model (one tensor-parallel rank).
+struct ModelShape {
+  int32_t layers = 0;       // L, KDA layers only
+  int32_t heads = 0;        // H, query/key heads
+  int32_t value_heads = 0;  // HV, a multiple of H
+  int32_t head_k = 0;       // K
+  int32_t head_v = 0;       // V
+};
+
+// State storage of SPEC §2.
+struct PoolShape {
+  int32_t slots = 0;          // P
+  int32_t scratch_steps = 0;  // S, >= tokens per round
+  DType state_dtype = DType::f32;
+};
+
+// A stream to enqueue on. On the CPU backend work runs at once (or is recorded into a CPU graph
+// while one is being captured); `stream` is ignored there.
+struct Stream {
+  Backend backend = Backend::cpu;
+  cudaStream_t stream = nullptr;
+};
+
+}  // namespace kdagraph

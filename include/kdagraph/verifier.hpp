@@ -1,0 +1,118 @@
+// kdagraph: the verify round of every KDA layer of a model, on one backend (SPEC §2–§4, §6).
+//
+// A Verifier owns the state storage (pool, scratch, accept_len), the per-round index buffers and the
+// batch buffers (n_real, slots) at capacity size. Nothing it enqueues allocates, synchronizes or moves
+// a buffer, so a round can be captured into a CUDA graph (see graph_runner.hpp) and replayed.
+//
+// Typical round (eager):
+//   v.set_batch(stream, slots, n);           // host: only when the batch changes
+//   v.enqueue_round(stream, inputs, rows);   // indices once, then the L verifies
+//   ...engine's sampler writes accept lengths on the device...
+//   v.enqueue_accept(stream, accepted, rows);
+//   v.enqueue_commit(stream, rows);          // two-phase mode only
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kdagraph/error.hpp"
+#include "kdagraph/types.hpp"
+
+namespace kdagraph {
+
+struct VerifierConfig {
+  Backend backend = Backend::cpu;
+  ModelShape model;
+  PoolShape pool;
+  int32_t max_rows = 0;  // batch capacity: the largest bucket
+  int32_t tokens = 0;    // T = 1 + draft tokens, 1 <= T <= S
+  DType io_dtype = DType::f32;
+  VerifyOptions options;
+  Mode mode = Mode::fused_accept;
+};
+
+// Throws InvalidArgument naming the first bad field (SPEC §6).
+void validate(const VerifierConfig& config);
+
+// One layer's inputs for a batch of `rows` rows, in the verifier's backend memory, row-major with the
+// last dim contiguous, io dtype. q, k, v, g, o 16-byte aligned.
+struct LayerInputs {
+  const void* q = nullptr;         // [rows, T, H, K]
+  const void* k = nullptr;         // [rows, T, H, K]
+  const void* v = nullptr;         // [rows, T, HV, V]
+  const void* g = nullptr;         // [rows, T, HV, K] log decay, or raw gate input (gate in kernel)
+  const void* beta = nullptr;      // [rows, T, HV]
+  void* o = nullptr;               // [rows, T, HV, V]
+  const float* A_log = nullptr;    // [HV], fp32, gate in kernel only
+  const float* dt_bias = nullptr;  // [HV * K], fp32, gate in kernel only
+};
+
+class Verifier {
+ public:
+  // Allocates every buffer; pool and scratch start zeroed, accept_len at 0.
+  explicit Verifier(const VerifierConfig& config);
+  ~Verifier();
+  // Owns device allocations that graphs point at: it must neither be copied nor move.
+  Verifier(const Verifier&) = delete;
+  Verifier& operator=(const Verifier&) = delete;
+
+  const VerifierConfig& config() const;
+
+  // ---- storage, in backend memory (SPEC §2) ----
+  void* pool() const;         // [L, P, HV, V, K]
+  void* scratch() const;      // [L, P, S, HV, V, K]
+  int32_t* accept_len() const;  // [P]
+  size_t slot_state_bytes() const;  // one slot, one layer: HV * V * K * state dtype size
+  size_t pool_bytes() const;
+  size_t scratch_bytes() const;
+
+  // ---- host setup and inspection: synchronous, never on a round's hot path ----
+  // Prefill: pool[l][slot] = states[l] for every layer, accept_len[slot] = 0. `states` is host memory
+  // [L, HV, V, K] in the state dtype.
+  void prefill(int32_t slot, const void* states);
+  // Copies pool[l][slot] for every layer into host memory [L, HV, V, K]. Call materialize first in
+  // fused-accept mode if the slot's latest state may still be in scratch.
+  void read_pool(int32_t slot, void* states) const;
+
+  // ---- per round: stream-ordered, capture-safe, allocate nothing, never synchronize ----
+  // Host: validates n in [1, max_rows] and the slots (in [0, P), no repeats), then writes n_real and
+  // the slots into the batch buffers the index build reads.
+  void set_batch(const Stream& s, const int32_t* slots, int32_t n);
+  int32_t batch_size() const;
+  // Builds the round's indices over `rows` rows (n_real <= rows <= max_rows; the rest are padding).
+  void enqueue_indices(const Stream& s, int32_t rows);
+  // Verifies layer `layer` with the indices of the last enqueue_indices.
+  void enqueue_verify(const Stream& s, int32_t layer, const LayerInputs& in, int32_t rows);
+  // enqueue_indices, then enqueue_verify for every layer; `layers` has L entries.
+  void enqueue_round(const Stream& s, const LayerInputs* layers, int32_t rows);
+  // Accepts the round: `accepted` is backend memory [rows] written by the sampler.
+  void enqueue_accept(const Stream& s, const int32_t* accepted, int32_t rows);
+  // Same, from host memory [n] of the current batch: validated in [1, T] first (tests, tools).
+  void enqueue_accept_from_host(const Stream& s, const int32_t* accepted, int32_t n);
+  // Two-phase only: copies each row's accepted post-state into the pool, all layers in one launch.
+  void enqueue_commit(const Stream& s, int32_t rows);
+  // SPEC §3 materialize: for each listed slot with accept_len a >= 1, pool[slot] = scratch row a - 1
+  // (every layer), then accept_len = 0. `slots` is host memory, validated (in range, no repeats).
+  void enqueue_materialize(const Stream& s, const int32_t* slots, int32_t count);
+
+  // ---- device-side errors (SPEC §6) ----
+  // A plain read of host-mapped memory: it does not wait for the stream. Read it after the work you
+  // care about has completed (e.g. after your end-of-round event) to see that work's errors.
+  DeviceErrorWord device_errors() const;
+  void clear_device_errors();
+
+  // Device pointers the graph runner and tests address (backend memory).
+  struct BatchBuffers {
+    int32_t* n_real;      // [1]
+    int32_t* slots;       // [max_rows]
+    int32_t* accepted;    // [max_rows] staging for enqueue_accept_from_host
+  };
+  BatchBuffers batch_buffers() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kdagraph

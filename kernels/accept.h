@@ -1,0 +1,49 @@
+// SPEC §3: accepting a round. The sampler's accept lengths arrive in device memory, one per batch row.
+//   fused-accept: accept_len[row_slot[n]] = a      two-phase: row_accept[n] = a (commit reads it)
+// A length outside [1, T] is clamped into it and recorded in the device error word.
+#pragma once
+
+#include <cstdint>
+
+#include "kdagraph/error.hpp"
+#include "kdagraph/types.hpp"
+#include "kernels/device_error.h"
+
+namespace kdagraph {
+
+struct AcceptParams {
+  int32_t rows = 0;                  // N
+  int32_t tokens = 0;                // T
+  Mode mode = Mode::fused_accept;
+  const int32_t* row_slot = nullptr; // [N] from RoundIndices, -1 padded
+  const int32_t* accepted = nullptr; // [N] the sampler's accept lengths
+  int32_t* accept_len = nullptr;     // [P] fused-accept
+  int32_t* row_accept = nullptr;     // [N] two-phase
+  DeviceErrorWord* errors = nullptr;
+};
+
+KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
+  const int32_t slot = p.row_slot[n];
+  if (slot < 0) {
+    if (p.mode == Mode::two_phase) p.row_accept[n] = 0;
+    return;
+  }
+  int32_t a = p.accepted[n];
+  if (a < 1 || a > p.tokens) {
+    record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, a);
+    a = a < 1 ? 1 : p.tokens;
+  }
+  if (p.mode == Mode::fused_accept) p.accept_len[slot] = a;
+  else p.row_accept[n] = a;
+}
+
+void accept_cpu(const AcceptParams& p);
+
+}  // namespace kdagraph
+
+#if defined(KDAGRAPH_WITH_CUDA)
+#include <cuda_runtime_api.h>
+namespace kdagraph {
+cudaError_t launch_accept(const AcceptParams& p, cudaStream_t stream);
+}  // namespace kdagraph
+#endif

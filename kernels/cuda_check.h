@@ -1,0 +1,26 @@
+// One throwing check for CUDA runtime calls and a no-throw twin for destructors. Both name the call,
+// where it was made, and the error.
+#pragma once
+
+#if defined(KDAGRAPH_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace kdagraph::detail {
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
+void warn_cuda_error(cudaError_t err, const char* call, const char* file, int line) noexcept;
+}  // namespace kdagraph::detail
+
+#define KDA_CUDA_CHECK(call)                                                              \
+  do {                                                                                    \
+    cudaError_t kda_err_ = (call);                                                        \
+    if (kda_err_ != cudaSuccess) ::kdagraph::detail::throw_cuda_error(kda_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define KDA_CUDA_CHECK_NOTHROW(call)                                                      \
+  do {                                                                                    \
+    cudaError_t kda_err_ = (call);                                                        \
+    if (kda_err_ != cudaSuccess) ::kdagraph::detail::warn_cuda_error(kda_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+#endif

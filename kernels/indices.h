@@ -1,0 +1,98 @@
+// SPEC §4: the fused-accept indices, built once per forward and shared by every layer of it.
+//
+// The builder is one functor applied with Thrust over rows x steps, so the same code runs with the host
+// policy (indices_cpu.cpp) and a CUDA stream policy (indices.cu). It allocates nothing and returns
+// nothing to the host, so it is capture-safe.
+//
+// [TAG_INDEX_LAYOUT] RoundIndices is what verify (seed_*, write_row), accept (row_slot) and commit
+// (row_slot) read; change them together.
+#pragma once
+
+#include <cstdint>
+
+#include "kdagraph/error.hpp"
+#include "kernels/device_error.h"
+#include "kernels/kda_math.h"
+#include "kernels/layout.h"
+
+namespace kdagraph {
+
+// Per-row indices of one round, at a bucket's row count N. Every entry of a padded row is negative.
+struct RoundIndices {
+  int32_t* row_slot = nullptr;      // [N] slot of the row, -1 padded
+  int32_t* seed_pool = nullptr;     // [N] slot when the seed is pool[slot], else -1
+  int32_t* seed_scratch = nullptr;  // [N] scratch row when the seed is scratch, else -1
+  int32_t* seed_accept = nullptr;   // [N] gathered accept_len of the row's slot, -1 padded
+  int32_t* write_row = nullptr;     // [N, T] scratch row of each post-state, -1 padded
+};
+
+struct IndexBuildParams {
+  const int32_t* slots = nullptr;       // [N] requested slot per row, -1 marks padding
+  const int32_t* n_real = nullptr;      // [1] rows >= n_real are padding whatever `slots` holds
+  const int32_t* accept_len = nullptr;  // [P]
+  int32_t pool_slots = 0;               // P
+  int32_t scratch_steps = 0;            // S
+  int32_t tokens = 0;                   // T
+  int32_t rows = 0;                     // N
+  DeviceErrorWord* errors = nullptr;
+  RoundIndices out;
+};
+
+struct RowSeed {
+  int32_t slot;    // -1: padded (or rejected) row
+  int32_t accept;  // gathered accept length, clamped to [0, S]; -1 for padded rows
+};
+
+// Decides what row n is. Bad slots (out of range, repeated) make the row padding; an accept length
+// outside [0, S] is clamped. Both are recorded when `report` is set (once per row, not per step).
+KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n, bool report) {
+  int32_t n_real = *p.n_real;
+  n_real = n_real < 0 ? 0 : (n_real > p.rows ? p.rows : n_real);
+  int32_t slot = n < n_real ? p.slots[n] : -1;
+  if (slot < -1 || slot >= p.pool_slots) {
+    if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, slot);
+    slot = -1;
+  }
+  for (int32_t m = 0; slot >= 0 && m < n; ++m) {
+    if (p.slots[m] == slot) {
+      if (report) record_device_error(p.errors, DeviceErrorCode::slot_repeated, n, slot);
+      slot = -1;
+    }
+  }
+  // Padded rows gather too, from slot 0: always in range, so the gather needs no branch.
+  int32_t accept = p.accept_len[slot >= 0 ? slot : 0];
+  if (slot >= 0 && (accept < 0 || accept > p.scratch_steps)) {
+    if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, accept);
+    accept = accept < 0 ? 0 : p.scratch_steps;
+  }
+  return RowSeed{slot, slot >= 0 ? accept : -1};
+}
+
+struct BuildIndices {
+  IndexBuildParams p;
+
+  KDA_HD void operator()(int32_t idx) const {
+    const int32_t n = idx / p.tokens;
+    const int32_t t = idx % p.tokens;
+    const RowSeed r = resolve_row(p, n, t == 0);
+    p.out.write_row[idx] = r.slot >= 0 ? scratch_row(r.slot, t, p.scratch_steps) : -1;
+    if (t != 0) return;
+    p.out.row_slot[n] = r.slot;
+    p.out.seed_accept[n] = r.accept;
+    p.out.seed_pool[n] = (r.slot >= 0 && r.accept == 0) ? r.slot : -1;
+    p.out.seed_scratch[n] = r.slot >= 0 ? seed_scratch_row(r.slot, r.accept, p.scratch_steps) : -1;
+  }
+};
+
+// Host backend. Stream-ordered trivially: runs now.
+void build_indices_cpu(const IndexBuildParams& p);
+
+}  // namespace kdagraph
+
+#if defined(KDAGRAPH_WITH_CUDA)
+#include <cuda_runtime_api.h>
+namespace kdagraph {
+// Enqueues the build on `stream`; allocates nothing, never synchronizes.
+cudaError_t launch_build_indices(const IndexBuildParams& p, cudaStream_t stream);
+}  // namespace kdagraph
+#endif

@@ -1,0 +1,131 @@
+// SPEC §1: the arithmetic of one KDA token update, written once for the CPU implementation and the CUDA
+// kernel. Everything here is __host__ __device__ and compiles with g++ as well as nvcc.
+//
+// [TAG_UPDATE_ORDER] The order of operations below is the contract of SPEC §3: every mode of one backend
+// runs this same sequence, so outputs and states agree bitwise. The device spells its fused
+// multiply-adds out (and is built with --fmad=false); the host is built with -ffp-contract=off and uses
+// a multiply then an add. Change both backends together.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kdagraph/types.hpp"
+
+#if defined(__CUDACC__)
+#define KDA_HD __host__ __device__ __forceinline__
+#else
+#define KDA_HD inline
+#endif
+
+namespace kdagraph::math {
+
+// ---- bf16 storage: the bits of the top half of an fp32, round to nearest even ----------------------
+
+struct bf16 {
+  uint16_t bits;
+};
+
+KDA_HD float bits_to_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+KDA_HD uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+KDA_HD float to_f32(float x) { return x; }
+KDA_HD float to_f32(bf16 x) { return bits_to_float(uint32_t(x.bits) << 16); }
+
+KDA_HD bf16 f32_to_bf16(float f) {
+  uint32_t u = float_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x0040u)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{uint16_t(u >> 16)};
+}
+
+template <class T>
+KDA_HD T from_f32(float x);
+template <>
+KDA_HD float from_f32<float>(float x) {
+  return x;
+}
+template <>
+KDA_HD bf16 from_f32<bf16>(float x) {
+  return f32_to_bf16(x);
+}
+
+// ---- the multiply-add of the update, fused on the device, unfused on the host ----------------------
+
+KDA_HD float fmadd(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// ---- input preprocessing -----------------------------------------------------------------------------
+
+inline constexpr float kL2NormEps = 1e-6f;
+inline constexpr float kSoftplusThreshold = 20.0f;
+
+KDA_HD float softplus(float z) { return z > kSoftplusThreshold ? z : logf(1.0f + expf(z)); }
+
+KDA_HD float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+// Multiplier that L2-normalizes a vector whose squares sum to `sum_sq`.
+KDA_HD float l2_inv_norm(float sum_sq) { return 1.0f / sqrtf(sum_sq + kL2NormEps); }
+
+// One multiplier for q (or k): the L2 normalization, when switched on, times the scale.
+KDA_HD float qk_multiplier(bool l2norm, float sum_sq, float scale) {
+  return (l2norm ? l2_inv_norm(sum_sq) : 1.0f) * scale;
+}
+
+KDA_HD float query_scale(const VerifyOptions& opt, int head_k) {
+  if (!opt.use_scale) return 1.0f;
+  return opt.scale != 0.0f ? opt.scale : 1.0f / sqrtf(float(head_k));
+}
+
+// Log decay of key channel i of value head h. `x` is g itself for GateMode::precomputed, the raw gate
+// input otherwise; a_log = A_log[h], dt_bias = dt_bias[h * K + i].
+KDA_HD float log_decay(const VerifyOptions& opt, float x, float a_log, float dt_bias) {
+  switch (opt.gate) {
+    case GateMode::softplus:
+      return -expf(a_log) * softplus(x + dt_bias);
+    case GateMode::lower_bound:
+      return opt.gate_lower_bound * sigmoid(expf(a_log) * (x + dt_bias));
+    case GateMode::precomputed:
+    default:
+      return x;
+  }
+}
+
+KDA_HD float beta_value(const VerifyOptions& opt, float raw) {
+  return opt.beta_is_logit ? sigmoid(raw) : raw;
+}
+
+// ---- the update of one state element S[j][i] ---------------------------------------------------------
+//   a = exp(g[i]);  S' = a * S;  p[j] += S' * k[i];  u[j] = beta * (v[j] - p[j]);
+//   S = S' + k[i] * u[j];  o[j] += S * q[i]
+
+KDA_HD float decay_factor(float log_decay_i) { return expf(log_decay_i); }
+KDA_HD float decayed(float s, float a) { return a * s; }
+KDA_HD float accumulate(float acc, float x, float y) { return fmadd(x, y, acc); }
+KDA_HD float delta(float beta, float v, float p) { return beta * (v - p); }
+KDA_HD float rank1_update(float s_decayed, float k, float u) { return fmadd(k, u, s_decayed); }
+
+}  // namespace kdagraph::math

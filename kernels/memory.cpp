@@ -1,0 +1,128 @@
+#include "kernels/memory.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "kdagraph/error.hpp"
+#include "kernels/cuda_check.h"
+
+namespace kdagraph::detail {
+namespace {
+
+[[noreturn]] void no_cuda(const char* what) {
+  throw Error(std::string(what) + ": backend cuda requested, but kdagraph was built without CUDA");
+}
+
+}  // namespace
+
+Buffer::Buffer(Backend backend, size_t bytes) : backend_(backend), bytes_(bytes) {
+  if (bytes == 0) return;
+  if (backend == Backend::cpu) {
+    data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (data_ == nullptr) throw std::bad_alloc();
+    return;
+  }
+#if defined(KDAGRAPH_WITH_CUDA)
+  KDA_CUDA_CHECK(cudaMalloc(&data_, bytes));
+#else
+  no_cuda("Buffer");
+#endif
+}
+
+Buffer::~Buffer() { release(); }
+
+void Buffer::release() noexcept {
+  if (data_ == nullptr) return;
+  if (backend_ == Backend::cpu) {
+    std::free(data_);
+  } else {
+#if defined(KDAGRAPH_WITH_CUDA)
+    KDA_CUDA_CHECK_NOTHROW(cudaFree(data_));
+#endif
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : backend_(other.backend_), data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    backend_ = other.backend_;
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+MappedHostBuffer::MappedHostBuffer(Backend backend, size_t bytes) : backend_(backend) {
+  if (backend == Backend::cpu) {
+    host_ = device_ = std::calloc(1, bytes);
+    if (host_ == nullptr) throw std::bad_alloc();
+    return;
+  }
+#if defined(KDAGRAPH_WITH_CUDA)
+  KDA_CUDA_CHECK(cudaHostAlloc(&host_, bytes, cudaHostAllocMapped));
+  std::memset(host_, 0, bytes);
+  KDA_CUDA_CHECK(cudaHostGetDevicePointer(&device_, host_, 0));
+#else
+  no_cuda("MappedHostBuffer");
+#endif
+}
+
+MappedHostBuffer::~MappedHostBuffer() {
+  if (host_ == nullptr) return;
+  if (backend_ == Backend::cpu) {
+    std::free(host_);
+  } else {
+#if defined(KDAGRAPH_WITH_CUDA)
+    KDA_CUDA_CHECK_NOTHROW(cudaFreeHost(host_));
+#endif
+  }
+}
+
+void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (backend == Backend::cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if defined(KDAGRAPH_WITH_CUDA)
+  KDA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+#else
+  no_cuda("copy_to_backend");
+#endif
+}
+
+void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (backend == Backend::cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if defined(KDAGRAPH_WITH_CUDA)
+  KDA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+#else
+  no_cuda("copy_to_host");
+#endif
+}
+
+void fill_bytes(Backend backend, void* dst, int value, size_t bytes) {
+  if (bytes == 0) return;
+  if (backend == Backend::cpu) {
+    std::memset(dst, value, bytes);
+    return;
+  }
+#if defined(KDAGRAPH_WITH_CUDA)
+  KDA_CUDA_CHECK(cudaMemset(dst, value, bytes));
+#else
+  no_cuda("fill_bytes");
+#endif
+}
+
+}  // namespace kdagraph::detail

@@ -1,0 +1,63 @@
+// Memory owners for both backends. Allocation happens only in constructors, never inside a capture.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kdagraph/types.hpp"
+
+namespace kdagraph::detail {
+
+// Backend memory: 64-byte aligned host memory on the CPU, cudaMalloc on CUDA.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend backend, size_t bytes);
+  ~Buffer();
+  // Owns an allocation that must be freed exactly once.
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+
+  void* data() const { return data_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+  Backend backend() const { return backend_; }
+
+ private:
+  void release() noexcept;
+  Backend backend_ = Backend::cpu;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Host memory the device can read (and write) directly: pinned and mapped on CUDA, plain on the CPU.
+// Used for the device error word, which the host then reads without stopping the pipeline.
+class MappedHostBuffer {
+ public:
+  MappedHostBuffer() = default;
+  MappedHostBuffer(Backend backend, size_t bytes);
+  ~MappedHostBuffer();
+  // Owns a pinned allocation that must be freed exactly once.
+  MappedHostBuffer(const MappedHostBuffer&) = delete;
+  MappedHostBuffer& operator=(const MappedHostBuffer&) = delete;
+
+  void* host() const { return host_; }
+  void* device() const { return device_; }
+
+ private:
+  Backend backend_ = Backend::cpu;
+  void* host_ = nullptr;
+  void* device_ = nullptr;
+};
+
+// Synchronous copies for setup, tests and tools; never called on a round's hot path.
+void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes);
+void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes);
+void fill_bytes(Backend backend, void* dst, int value, size_t bytes);
+
+}  // namespace kdagraph::detail

@@ -1,0 +1,122 @@
+// CPU implementation of the verify (SPEC §1). The element arithmetic is kernels/kda_math.h, shared with
+// the CUDA kernel; the sums over K run in a fixed order per build, so every mode agrees bitwise.
+#include <vector>
+
+#include "kernels/kda_math.h"
+#include "kernels/verify.h"
+
+namespace kdagraph {
+namespace {
+
+using math::bf16;
+
+template <class T>
+float load(const void* base, int64_t i) {
+  return math::to_f32(static_cast<const T*>(base)[i]);
+}
+
+// Working buffers of one thread, sized once per call.
+struct UnitScratch {
+  std::vector<float> state, q, k, a, v, o;
+  UnitScratch(int32_t K, int32_t V) : state(size_t(K) * V), q(K), k(K), a(K), v(V), o(V) {}
+};
+
+template <class IoT>
+void load_and_normalize(const VerifyParams& p, const void* src, int64_t offset, float scale,
+                        float* dst) {
+  float sum_sq = 0.0f;
+  for (int32_t i = 0; i < p.head_k; ++i) {
+    dst[i] = load<IoT>(src, offset + i);
+    sum_sq = math::accumulate(sum_sq, dst[i], dst[i]);
+  }
+  const float mult = math::qk_multiplier(p.options.l2norm_qk, sum_sq, scale);
+  if (mult != 1.0f)
+    for (int32_t i = 0; i < p.head_k; ++i) dst[i] *= mult;
+}
+
+template <class IoT, class StateT>
+void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
+  const int32_t K = p.head_k, V = p.head_v, T = p.tokens;
+  const int32_t hq = h / (p.value_heads / p.heads);
+  const int64_t head_elems = int64_t(K) * V;
+  const int64_t row_elems = int64_t(p.value_heads) * head_elems;
+  IoT* o = static_cast<IoT*>(p.o);
+
+  const int32_t seed_pool = p.seed_pool[n], seed_scratch = p.seed_scratch[n];
+  if (seed_pool < 0 && seed_scratch < 0) {  // padded row
+    for (int32_t t = 0; t < T; ++t) {
+      IoT* out = o + ((int64_t(n) * T + t) * p.value_heads + h) * V;
+      for (int32_t j = 0; j < V; ++j) out[j] = math::from_f32<IoT>(0.0f);
+    }
+    return;
+  }
+  const StateT* seed = seed_pool >= 0
+      ? static_cast<const StateT*>(p.pool_layer) + seed_pool * row_elems + h * head_elems
+      : static_cast<const StateT*>(p.scratch_layer) + seed_scratch * row_elems + h * head_elems;
+  // The whole seed is read before any post-state is written: the seed row may be one this verify
+  // overwrites (SPEC §3).
+  for (int64_t e = 0; e < head_elems; ++e) w.state[e] = math::to_f32(seed[e]);
+
+  const float q_scale = math::query_scale(p.options, K);
+  for (int32_t t = 0; t < T; ++t) {
+    const int64_t tok = int64_t(n) * T + t;
+    const int64_t qk_off = (tok * p.heads + hq) * K;
+    load_and_normalize<IoT>(p, p.q, qk_off, q_scale, w.q.data());
+    load_and_normalize<IoT>(p, p.k, qk_off, 1.0f, w.k.data());
+    const int64_t g_off = (tok * p.value_heads + h) * K;
+    for (int32_t i = 0; i < K; ++i) {
+      const float a_log = p.A_log ? p.A_log[h] : 0.0f;
+      const float dt = p.dt_bias ? p.dt_bias[int64_t(h) * K + i] : 0.0f;
+      w.a[i] = math::decay_factor(math::log_decay(p.options, load<IoT>(p.g, g_off + i), a_log, dt));
+    }
+    const float beta = math::beta_value(p.options, load<IoT>(p.beta, tok * p.value_heads + h));
+    const int64_t v_off = (tok * p.value_heads + h) * V;
+    const float* kk = w.k.data();
+    const float* qq = w.q.data();
+    const float* aa = w.a.data();
+    for (int32_t j = 0; j < V; ++j) {
+      float* s = w.state.data() + int64_t(j) * K;
+      float proj = 0.0f;
+#pragma omp simd reduction(+ : proj)
+      for (int32_t i = 0; i < K; ++i) {
+        s[i] = math::decayed(s[i], aa[i]);
+        proj = math::accumulate(proj, s[i], kk[i]);
+      }
+      const float u = math::delta(beta, load<IoT>(p.v, v_off + j), proj);
+      float out = 0.0f;
+#pragma omp simd reduction(+ : out)
+      for (int32_t i = 0; i < K; ++i) {
+        s[i] = math::rank1_update(s[i], kk[i], u);
+        out = math::accumulate(out, s[i], qq[i]);
+      }
+      o[v_off + j] = math::from_f32<IoT>(out);
+    }
+    const int32_t row = p.write_row[tok];
+    StateT* post = static_cast<StateT*>(p.scratch_layer) + row * row_elems + h * head_elems;
+    for (int64_t e = 0; e < head_elems; ++e) post[e] = math::from_f32<StateT>(w.state[e]);
+  }
+}
+
+template <class IoT, class StateT>
+void verify_all(const VerifyParams& p) {
+  const int64_t units = int64_t(p.rows) * p.value_heads;
+#pragma omp parallel
+  {
+    UnitScratch w(p.head_k, p.head_v);
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < units; ++u)
+      verify_unit<IoT, StateT>(p, int32_t(u / p.value_heads), int32_t(u % p.value_heads), w);
+  }
+}
+
+}  // namespace
+
+void verify_cpu(const VerifyParams& p) {
+  const bool io_f32 = p.io_dtype == DType::f32, st_f32 = p.state_dtype == DType::f32;
+  if (io_f32 && st_f32) verify_all<float, float>(p);
+  else if (io_f32) verify_all<float, bf16>(p);
+  else if (st_f32) verify_all<bf16, float>(p);
+  else verify_all<bf16, bf16>(p);
+}
+
+}  // namespace kdagraph

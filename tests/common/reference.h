@@ -1,0 +1,95 @@
+// An independent fp64 reference of SPEC §1, written from the formulas and sharing no code with the
+// library's kernels/kda_math.h, so the library's CPU and CUDA paths can both be checked against it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kdagraph/types.hpp"
+
+namespace kdagraph::test {
+
+struct RefOptions {
+  bool l2norm = false;
+  bool use_scale = true;
+  double scale = 0.0;  // 0: 1 / sqrt(K)
+  GateMode gate = GateMode::precomputed;
+  double lower_bound = -5.0;
+  bool beta_logit = false;
+};
+
+inline RefOptions ref_options(const VerifyOptions& o) {
+  return RefOptions{o.l2norm_qk, o.use_scale, o.scale, o.gate, o.gate_lower_bound, o.beta_is_logit};
+}
+
+inline double ref_softplus(double z) { return z > 20.0 ? z : std::log(1.0 + std::exp(z)); }
+inline double ref_sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+inline double ref_gate(const RefOptions& o, double x, double a_log, double dt_bias) {
+  switch (o.gate) {
+    case GateMode::softplus: return -std::exp(a_log) * ref_softplus(x + dt_bias);
+    case GateMode::lower_bound: return o.lower_bound * ref_sigmoid(std::exp(a_log) * (x + dt_bias));
+    default: return x;
+  }
+}
+
+// One head's T-token verify in fp64. state: [V][K], updated in place. Inputs are per token:
+// q[t][K], k[t][K], v[t][V], gx[t][K] (g or raw gate input), beta[t]. Returns o[t][V] and appends each
+// post-state to `posts` when given.
+struct RefHeadInputs {
+  std::vector<std::vector<double>> q, k, v, g;
+  std::vector<double> beta;
+  double a_log = 0.0;
+  std::vector<double> dt_bias;  // [K]
+};
+
+inline std::vector<std::vector<double>> ref_verify_head(const RefOptions& o, int K, int V,
+                                                        std::vector<double>& state,
+                                                        const RefHeadInputs& in,
+                                                        std::vector<std::vector<double>>* posts) {
+  const size_t T = in.beta.size();
+  std::vector<std::vector<double>> out(T, std::vector<double>(size_t(V)));
+  for (size_t t = 0; t < T; ++t) {
+    std::vector<double> q = in.q[t], k = in.k[t];
+    if (o.l2norm) {
+      double sq = 0, sk = 0;
+      for (int i = 0; i < K; ++i) sq += q[i] * q[i], sk += k[i] * k[i];
+      for (int i = 0; i < K; ++i) q[i] /= std::sqrt(sq + 1e-6), k[i] /= std::sqrt(sk + 1e-6);
+    }
+    if (o.use_scale) {
+      const double s = o.scale != 0.0 ? o.scale : 1.0 / std::sqrt(double(K));
+      for (int i = 0; i < K; ++i) q[i] *= s;
+    }
+    const double beta = o.beta_logit ? ref_sigmoid(in.beta[t]) : in.beta[t];
+    std::vector<double> a(static_cast<size_t>(K));
+    for (int i = 0; i < K; ++i)
+      a[i] = std::exp(ref_gate(o, in.g[t][i], in.a_log, in.dt_bias.empty() ? 0.0 : in.dt_bias[i]));
+    for (int j = 0; j < V; ++j) {
+      double* s = state.data() + size_t(j) * K;
+      double p = 0;
+      for (int i = 0; i < K; ++i) s[i] *= a[i], p += s[i] * k[i];
+      const double u = beta * (in.v[t][j] - p);
+      double acc = 0;
+      for (int i = 0; i < K; ++i) s[i] += k[i] * u, acc += s[i] * q[i];
+      out[t][j] = acc;
+    }
+    if (posts) posts->push_back(state);
+  }
+  return out;
+}
+
+// ||a - b|| / ||b|| over two equally long sequences.
+template <class A, class B>
+double rel_error(const A& got, const B& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(got[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  if (std::isnan(num)) return INFINITY;
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace kdagraph::test

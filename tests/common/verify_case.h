@@ -1,0 +1,206 @@
+// A verify test case in host memory: random inputs, a pool and scratch with random seeds, the indices
+// of SPEC §4, and the fp64 reference of every output and post-state. The CPU tests run it directly;
+// the GPU tests copy the same bytes to the device.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kdagraph/types.hpp"
+#include "kernels/indices.h"
+#include "kernels/kda_math.h"
+#include "kernels/layout.h"
+#include "kernels/verify.h"
+#include "tests/common/reference.h"
+
+namespace kdagraph::test {
+
+struct CaseShape {
+  int32_t rows = 2, tokens = 4, heads = 1, value_heads = 1, head_k = 64, head_v = 64;
+  int32_t slots = 4, scratch_steps = 8;
+  DType io = DType::f32, state = DType::f32;
+  VerifyOptions options;
+  std::string str() const {
+    return "N=" + std::to_string(rows) + " T=" + std::to_string(tokens) + " H=" + std::to_string(heads) +
+           " HV=" + std::to_string(value_heads) + " K=" + std::to_string(head_k) +
+           " V=" + std::to_string(head_v) + " io=" + to_string(io) + " state=" + to_string(state) +
+           " l2=" + std::to_string(options.l2norm_qk) + " scale=" + std::to_string(options.use_scale) +
+           " gate=" + std::to_string(int(options.gate)) + " logit=" + std::to_string(options.beta_is_logit);
+  }
+};
+
+inline uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
+
+// Values stored in dtype `t`, kept both as their bytes and as the floats they round to.
+struct Tensor {
+  DType dtype = DType::f32;
+  std::vector<float> values;
+  std::vector<uint8_t> bytes;
+
+  void assign(DType t, std::vector<float> v) {
+    dtype = t;
+    values = std::move(v);
+    bytes.resize(values.size() * dtype_size(t));
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (t == DType::f32) {
+        std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+      } else {
+        const math::bf16 b = math::f32_to_bf16(values[i]);
+        std::memcpy(bytes.data() + 2 * i, &b, 2);
+        values[i] = math::to_f32(b);
+      }
+    }
+  }
+  float at(size_t i) const {
+    if (dtype == DType::f32) {
+      float f;
+      std::memcpy(&f, bytes.data() + 4 * i, 4);
+      return f;
+    }
+    math::bf16 b;
+    std::memcpy(&b, bytes.data() + 2 * i, 2);
+    return math::to_f32(b);
+  }
+  size_t size() const { return values.size(); }
+  void poison() {
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = 0xff;  // NaN in f32 and bf16
+  }
+  void sync_values() {
+    for (size_t i = 0; i < values.size(); ++i) values[i] = at(i);
+  }
+};
+
+struct VerifyCase {
+  CaseShape sh;
+  uint64_t seed = 0;
+  Tensor q, k, v, g, beta, o;
+  std::vector<float> A_log, dt_bias;
+  Tensor pool, scratch;                 // one layer: [P, HV, V, K] and [P * S, HV, V, K]
+  std::vector<int32_t> slots, accept_len, n_real;
+  std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row;
+  StateGeometry geo;
+
+  VerifyCase(const CaseShape& s, uint64_t seed_, std::vector<int32_t> row_slots,
+             std::vector<int32_t> accepts)
+      : sh(s), seed(seed_), slots(std::move(row_slots)), accept_len(std::move(accepts)) {
+    std::mt19937_64 rng(seed);
+    const int N = s.rows, T = s.tokens, H = s.heads, HV = s.value_heads, K = s.head_k, V = s.head_v;
+    geo = StateGeometry{1, s.slots, s.scratch_steps, HV, V, K};
+    auto rand_vec = [&](size_t n, float lo, float hi) {
+      std::uniform_real_distribution<float> d(lo, hi);
+      std::vector<float> out(n);
+      for (auto& x : out) x = d(rng);
+      return out;
+    };
+    // Without L2 norm, keys of norm about 1 keep the delta rule stable.
+    const float kq = s.options.l2norm_qk ? 1.0f : 1.7f / std::sqrt(float(K));
+    q.assign(s.io, rand_vec(size_t(N) * T * H * K, -kq, kq));
+    k.assign(s.io, rand_vec(size_t(N) * T * H * K, -kq, kq));
+    v.assign(s.io, rand_vec(size_t(N) * T * HV * V, -1.0f, 1.0f));
+    if (s.options.gate == GateMode::precomputed) g.assign(s.io, rand_vec(size_t(N) * T * HV * K, -0.5f, 0.0f));
+    else g.assign(s.io, rand_vec(size_t(N) * T * HV * K, -3.0f, 3.0f));
+    beta.assign(s.io, s.options.beta_is_logit ? rand_vec(size_t(N) * T * HV, -3.0f, 3.0f)
+                                              : rand_vec(size_t(N) * T * HV, 0.05f, 0.95f));
+    A_log = rand_vec(size_t(HV), -1.0f, 0.5f);
+    dt_bias = rand_vec(size_t(HV) * K, -0.5f, 0.5f);
+    o.assign(s.io, std::vector<float>(size_t(N) * T * HV * V, 0.0f));
+    o.poison();
+    pool.assign(s.state, rand_vec(size_t(geo.pool_layer_elems()), -1.0f, 1.0f));
+    scratch.assign(s.state, rand_vec(size_t(geo.scratch_layer_elems()), -1.0f, 1.0f));
+    n_real = {int32_t(std::count_if(slots.begin(), slots.end(), [](int32_t x) { return x >= 0; }))};
+    build_indices();
+  }
+
+  // Real rows first, then padding (-1): n_real counts the real ones.
+  void build_indices() {
+    const int N = sh.rows, T = sh.tokens;
+    row_slot.assign(N, 0);
+    seed_pool.assign(N, 0);
+    seed_scratch.assign(N, 0);
+    seed_accept.assign(N, 0);
+    write_row.assign(size_t(N) * T, 0);
+    IndexBuildParams p;
+    p.slots = slots.data();
+    p.n_real = n_real.data();
+    p.accept_len = accept_len.data();
+    p.pool_slots = sh.slots;
+    p.scratch_steps = sh.scratch_steps;
+    p.tokens = T;
+    p.rows = N;
+    p.out = indices();
+    build_indices_cpu(p);
+  }
+
+  RoundIndices indices() {
+    return RoundIndices{row_slot.data(), seed_pool.data(), seed_scratch.data(), seed_accept.data(),
+                        write_row.data()};
+  }
+
+  VerifyParams params() {
+    VerifyParams p;
+    p.rows = sh.rows;
+    p.tokens = sh.tokens;
+    p.heads = sh.heads;
+    p.value_heads = sh.value_heads;
+    p.head_k = sh.head_k;
+    p.head_v = sh.head_v;
+    p.io_dtype = sh.io;
+    p.state_dtype = sh.state;
+    p.options = sh.options;
+    p.q = q.bytes.data();
+    p.k = k.bytes.data();
+    p.v = v.bytes.data();
+    p.g = g.bytes.data();
+    p.beta = beta.bytes.data();
+    p.o = o.bytes.data();
+    if (sh.options.gate != GateMode::precomputed) {
+      p.A_log = A_log.data();
+      p.dt_bias = dt_bias.data();
+    }
+    p.pool_layer = pool.bytes.data();
+    p.scratch_layer = scratch.bytes.data();
+    p.seed_pool = seed_pool.data();
+    p.seed_scratch = seed_scratch.data();
+    p.write_row = write_row.data();
+    return p;
+  }
+
+  // fp64 reference of row n, head h, from the seed the indices name in the current pool/scratch
+  // (call before running the verify, which may overwrite the seed row).
+  struct HeadRef {
+    std::vector<std::vector<double>> out, posts;
+  };
+  HeadRef reference(int n, int h) const {
+    const int T = sh.tokens, H = sh.heads, HV = sh.value_heads, K = sh.head_k, V = sh.head_v;
+    const int hq = h / (HV / H);
+    std::vector<double> state(size_t(V) * K);
+    const int64_t off = seed_pool[n] >= 0 ? geo.pool_offset(0, seed_pool[n], h)
+                                          : geo.scratch_offset(0, seed_scratch[n], h);
+    const Tensor& src = seed_pool[n] >= 0 ? pool : scratch;
+    for (size_t e = 0; e < state.size(); ++e) state[e] = src.at(size_t(off) + e);
+    RefHeadInputs in;
+    for (int t = 0; t < T; ++t) {
+      const size_t tok = size_t(n) * T + t;
+      auto slice = [](const Tensor& x, size_t at, int len) {
+        return std::vector<double>(x.values.begin() + at, x.values.begin() + at + len);
+      };
+      in.q.push_back(slice(q, (tok * H + hq) * K, K));
+      in.k.push_back(slice(k, (tok * H + hq) * K, K));
+      in.v.push_back(slice(v, (tok * HV + h) * V, V));
+      in.g.push_back(slice(g, (tok * HV + h) * K, K));
+      in.beta.push_back(beta.values[tok * HV + h]);
+    }
+    in.a_log = A_log[h];
+    in.dt_bias.assign(dt_bias.begin() + size_t(h) * K, dt_bias.begin() + size_t(h + 1) * K);
+    HeadRef r;
+    r.out = ref_verify_head(ref_options(sh.options), K, V, state, in, &r.posts);
+    return r;
+  }
+};
+
+}  // namespace kdagraph::test
