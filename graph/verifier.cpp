@@ -143,6 +143,33 @@ struct Verifier::Impl {
 #endif
   }
 
+  // While a graph is being captured the batch is data, set before each replay; only the capacity
+  // applies. Eagerly, the rows must cover the batch that is set.
+  void check_rows(const char* where, const Stream& s, int32_t rows) const {
+    if (capturing(s)) {
+      detail::validate_rows(where, rows, 1, cfg.max_rows);
+      return;
+    }
+    require(n > 0, where, "batch", "is not set: call set_batch first");
+    detail::validate_rows(where, rows, n, cfg.max_rows);
+  }
+
+  // Host-data entry points stage their data at call time; captured, a replay would repeat stale data.
+  static void require_not_capturing(const char* where, const Stream& s) {
+    require(!capturing(s), where, "stream", "is capturing a graph; call this between replays instead");
+  }
+
+  static bool capturing(const Stream& s) {
+    if (s.backend == Backend::cpu) return detail::cpu_capture_active();
+#if defined(KDAGRAPH_WITH_CUDA)
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    KDA_CUDA_CHECK(cudaStreamIsCapturing(s.stream, &status));
+    return status == cudaStreamCaptureStatusActive;
+#else
+    return false;
+#endif
+  }
+
   std::string shape(int32_t rows) const {
     return "rows=" + std::to_string(rows) + " T=" + std::to_string(cfg.tokens) +
            " H=" + std::to_string(cfg.model.heads) + " HV=" + std::to_string(cfg.model.value_heads) +
@@ -215,6 +242,7 @@ void Verifier::set_batch(const Stream& s, const int32_t* slots, int32_t n) {
   const char* where = "Verifier::set_batch";
   detail::validate_stream(where, s, m.cfg.backend);
   detail::validate_batch(where, slots, n, m.cfg.max_rows, m.cfg.pool.slots);
+  m.require_not_capturing(where, s);
   std::string packed(sizeof(int32_t) * (1 + size_t(n)), '\0');
   std::memcpy(packed.data(), &n, sizeof n);
   std::memcpy(packed.data() + sizeof n, slots, sizeof(int32_t) * size_t(n));
@@ -226,8 +254,7 @@ void Verifier::enqueue_indices(const Stream& s, int32_t rows) {
   Impl& m = *impl_;
   const char* where = "Verifier::enqueue_indices";
   detail::validate_stream(where, s, m.cfg.backend);
-  require(m.n > 0, where, "batch", "is not set: call set_batch first");
-  detail::validate_rows(where, rows, m.n, m.cfg.max_rows);
+  m.check_rows(where, s, rows);
   nvtx::Scoped range(nvtx::Range::index_build, rows);
   IndexBuildParams p;
   p.slots = m.slots;
@@ -252,9 +279,8 @@ void Verifier::enqueue_verify(const Stream& s, int32_t layer, const LayerInputs&
   Impl& m = *impl_;
   const char* where = "Verifier::enqueue_verify";
   detail::validate_stream(where, s, m.cfg.backend);
-  require(m.n > 0, where, "batch", "is not set: call set_batch first");
   detail::validate_layer_index(where, layer, m.cfg.model.layers);
-  detail::validate_rows(where, rows, m.n, m.cfg.max_rows);
+  m.check_rows(where, s, rows);
   detail::validate_layer_inputs(where, in, m.cfg);
   nvtx::Scoped range(nvtx::Range::layer, layer);
   const size_t es = dtype_size(m.cfg.pool.state_dtype);
@@ -303,8 +329,7 @@ void Verifier::enqueue_accept(const Stream& s, const int32_t* accepted, int32_t 
   const char* where = "Verifier::enqueue_accept";
   detail::validate_stream(where, s, m.cfg.backend);
   require(accepted != nullptr, where, "accepted", "is null");
-  require(m.n > 0, where, "batch", "is not set: call set_batch first");
-  detail::validate_rows(where, rows, m.n, m.cfg.max_rows);
+  m.check_rows(where, s, rows);
   nvtx::Scoped range(nvtx::Range::accept, rows);
   AcceptParams p;
   p.rows = rows;
@@ -332,6 +357,7 @@ void Verifier::enqueue_accept_from_host(const Stream& s, const int32_t* accepted
   require(n == m.n, where, "n", "= " + std::to_string(n) + " differs from the batch size " +
                                     std::to_string(m.n) + " of set_batch");
   detail::validate_accept_lengths(where, accepted, n, m.cfg.tokens);
+  m.require_not_capturing(where, s);
   m.upload(s, m.accepted, accepted, sizeof(int32_t) * size_t(n));
   enqueue_accept(s, m.accepted, n);
 }
@@ -342,8 +368,7 @@ void Verifier::enqueue_commit(const Stream& s, int32_t rows) {
   detail::validate_stream(where, s, m.cfg.backend);
   require(m.cfg.mode == Mode::two_phase, where, "mode",
           std::string("= ") + to_string(m.cfg.mode) + ": commit exists only in two-phase mode");
-  require(m.n > 0, where, "batch", "is not set: call set_batch first");
-  detail::validate_rows(where, rows, m.n, m.cfg.max_rows);
+  m.check_rows(where, s, rows);
   nvtx::Scoped range(nvtx::Range::commit, rows);
   const StateCopyParams p = m.copy_params(rows, m.idx.row_slot, m.row_accept);
   if (m.cfg.backend == Backend::cpu) {
@@ -363,6 +388,7 @@ void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_
   if (count == 0) return;
   require(slots != nullptr, where, "slots", "is null");
   detail::validate_slot_list(where, slots, count, m.cfg.pool.slots);
+  m.require_not_capturing(where, s);
   nvtx::Scoped range(nvtx::Range::materialize, count);
   m.upload(s, m.materialize_slots, slots, sizeof(int32_t) * size_t(count));
   const StateCopyParams p = m.copy_params(count, m.materialize_slots, nullptr);

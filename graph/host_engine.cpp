@@ -1,0 +1,285 @@
+// The host engine of SPEC §8. Host decisions (who joins, retires, is batched) come from a std RNG seeded
+// with the config's seed; every number the device sees comes from kernels/synthetic.h.
+#include "kdagraph/host_engine.hpp"
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "graph/cpu_capture.h"
+#include "graph/validate.h"
+#include "kernels/memory.h"
+#include "kernels/synthetic.h"
+
+namespace kdagraph {
+
+using detail::Buffer;
+
+void validate(const HostEngineConfig& c) {
+  const char* where = "HostEngineConfig";
+  validate(c.verifier);
+  require_in_range(where, "batch", c.batch, 1, c.verifier.max_rows);
+  require(c.accept_rate >= 0.0 && c.accept_rate <= 1.0, where, "accept_rate",
+          "= " + std::to_string(c.accept_rate) + " is outside the allowed range [0, 1]");
+  require(c.retire_rate >= 0.0 && c.retire_rate <= 1.0, where, "retire_rate",
+          "= " + std::to_string(c.retire_rate) + " is outside the allowed range [0, 1]");
+}
+
+namespace {
+
+struct Request {
+  uint64_t id;
+  int32_t slot;
+  int32_t rounds;
+};
+
+}  // namespace
+
+struct HostEngine::Impl {
+  HostEngineConfig cfg;
+  Verifier verifier;
+  // Inputs are shared by the layers (regenerated before each layer's verify); outputs are per layer.
+  Buffer q, k, v, g, beta, outputs, gate_params, round_counter, accepted;
+  std::unique_ptr<GraphRunner> runner;
+  std::mt19937_64 rng;
+  std::vector<Request> live;
+  std::vector<int32_t> free_slots;
+  std::vector<int32_t> batch;
+  uint64_t next_request = 0;
+  int32_t rounds_run = 0;
+  int64_t tokens_accepted = 0;
+  std::vector<RoundRecord> records;
+  std::vector<RetiredRequest> retired;
+
+  static const HostEngineConfig& validated(const HostEngineConfig& c) {
+    validate(c);
+    return c;
+  }
+
+  explicit Impl(const HostEngineConfig& c) : cfg(validated(c)), verifier(c.verifier), rng(c.seed) {
+    const VerifierConfig& vc = cfg.verifier;
+    const Backend b = vc.backend;
+    const size_t N = size_t(vc.max_rows), T = size_t(vc.tokens), H = size_t(vc.model.heads);
+    const size_t HV = size_t(vc.model.value_heads), K = size_t(vc.model.head_k), V = size_t(vc.model.head_v);
+    const size_t L = size_t(vc.model.layers), es = dtype_size(vc.io_dtype);
+    q = Buffer(b, N * T * H * K * es);
+    k = Buffer(b, N * T * H * K * es);
+    v = Buffer(b, N * T * HV * V * es);
+    g = Buffer(b, N * T * HV * K * es);
+    beta = Buffer(b, N * T * HV * es);
+    outputs = Buffer(b, L * N * T * HV * V * es);
+    round_counter = Buffer(b, sizeof(int64_t));
+    accepted = Buffer(b, N * sizeof(int32_t));
+    detail::fill_bytes(b, outputs.data(), 0, outputs.bytes());
+    detail::fill_bytes(b, round_counter.data(), 0, round_counter.bytes());
+    detail::fill_bytes(b, accepted.data(), 0, accepted.bytes());
+    // Gate parameters per layer: A_log [HV] then dt_bias [HV * K].
+    std::vector<float> gate(L * (HV + HV * K));
+    for (size_t l = 0; l < L; ++l) {
+      float* a_log = gate.data() + l * (HV + HV * K);
+      for (size_t h = 0; h < HV; ++h) a_log[h] = synthetic_a_log(cfg.seed, uint32_t(l), uint32_t(h));
+      for (size_t e = 0; e < HV * K; ++e) a_log[HV + e] = synthetic_dt_bias(cfg.seed, uint32_t(l), uint32_t(e));
+    }
+    gate_params = Buffer(b, gate.size() * sizeof(float));
+    detail::copy_to_backend(b, gate_params.data(), gate.data(), gate.size() * sizeof(float));
+    for (int32_t s = vc.pool.slots - 1; s >= 0; --s) free_slots.push_back(s);
+
+    RoundHooks hooks;
+    hooks.before_layer = [this](const Stream& s, int32_t layer, int32_t rows) { generate_inputs(s, layer, rows); };
+    hooks.layer_inputs = [this](int32_t layer) { return layer_inputs(layer); };
+    hooks.sampler = [this](const Stream& s, int32_t rows) { return sample(s, rows); };
+    runner = std::make_unique<GraphRunner>(verifier, std::move(hooks), cfg.runner);
+  }
+
+  Verifier::BatchBuffers bb() const { return verifier.batch_buffers(); }
+
+  void generate_inputs(const Stream& s, int32_t layer, int32_t rows) {
+    const VerifierConfig& vc = cfg.verifier;
+    SyntheticInputParams p;
+    p.seed = cfg.seed;
+    p.round = round_counter.as<int64_t>();
+    p.slots = bb().slots;
+    p.n_real = bb().n_real;
+    p.rows = rows;
+    p.tokens = vc.tokens;
+    p.heads = vc.model.heads;
+    p.value_heads = vc.model.value_heads;
+    p.head_k = vc.model.head_k;
+    p.head_v = vc.model.head_v;
+    p.layer = layer;
+    p.io_dtype = vc.io_dtype;
+    p.raw_gate = vc.options.gate != GateMode::precomputed;
+    p.beta_logit = vc.options.beta_is_logit;
+    p.q = q.data();
+    p.k = k.data();
+    p.v = v.data();
+    p.g = g.data();
+    p.beta = beta.data();
+    if (s.backend == Backend::cpu) {
+      detail::cpu_submit([p] { synthetic_inputs_cpu(p); });
+      return;
+    }
+#if defined(KDAGRAPH_WITH_CUDA)
+    if (launch_synthetic_inputs(p, s.stream) != cudaSuccess)
+      throw Error("launch of synthetic_inputs failed (rows=" + std::to_string(rows) + ")");
+#endif
+  }
+
+  LayerInputs layer_inputs(int32_t layer) const {
+    const VerifierConfig& vc = cfg.verifier;
+    const size_t HV = size_t(vc.model.value_heads), K = size_t(vc.model.head_k);
+    const size_t layer_out = size_t(vc.max_rows) * vc.tokens * HV * vc.model.head_v * dtype_size(vc.io_dtype);
+    LayerInputs in;
+    in.q = q.data();
+    in.k = k.data();
+    in.v = v.data();
+    in.g = g.data();
+    in.beta = beta.data();
+    in.o = outputs.as<char>() + size_t(layer) * layer_out;
+    const float* gate = gate_params.as<float>() + size_t(layer) * (HV + HV * K);
+    in.A_log = gate;
+    in.dt_bias = gate + HV;
+    return in;
+  }
+
+  const int32_t* sample(const Stream& s, int32_t rows) {
+    SyntheticSamplerParams p;
+    p.seed = cfg.seed;
+    p.round = round_counter.as<int64_t>();
+    p.slots = bb().slots;
+    p.n_real = bb().n_real;
+    p.rows = rows;
+    p.tokens = cfg.verifier.tokens;
+    p.accept_rate = float(cfg.accept_rate);
+    p.accepted = accepted.as<int32_t>();
+    if (s.backend == Backend::cpu) {
+      detail::cpu_submit([p] { synthetic_sampler_cpu(p); });
+    } else {
+#if defined(KDAGRAPH_WITH_CUDA)
+      if (launch_synthetic_sampler(p, s.stream) != cudaSuccess)
+        throw Error("launch of synthetic_sampler failed (rows=" + std::to_string(rows) + ")");
+#endif
+    }
+    return accepted.as<int32_t>();
+  }
+
+  void join(int32_t count) {
+    const VerifierConfig& vc = cfg.verifier;
+    const size_t slot_elems = size_t(vc.model.value_heads) * vc.model.head_v * vc.model.head_k;
+    const size_t L = size_t(vc.model.layers);
+    std::vector<float> state(L * slot_elems);
+    std::vector<math::bf16> state_bf16;
+    for (int32_t i = 0; i < count && !free_slots.empty(); ++i) {
+      const Request r{next_request++, free_slots.back(), 0};
+      free_slots.pop_back();
+      for (size_t l = 0; l < L; ++l)
+        for (size_t e = 0; e < slot_elems; ++e)
+          state[l * slot_elems + e] = synthetic_state(cfg.seed, uint32_t(r.id), uint32_t(l), uint32_t(e));
+      if (vc.pool.state_dtype == DType::f32) {
+        verifier.prefill(r.slot, state.data());
+      } else {
+        state_bf16.resize(state.size());
+        for (size_t e = 0; e < state.size(); ++e) state_bf16[e] = math::f32_to_bf16(state[e]);
+        verifier.prefill(r.slot, state_bf16.data());
+      }
+      live.push_back(r);
+    }
+  }
+
+  void retire(const Stream& s, const std::vector<size_t>& which) {
+    if (which.empty()) return;
+    std::vector<int32_t> slots;
+    for (size_t i : which) slots.push_back(live[i].slot);
+    verifier.enqueue_materialize(s, slots.data(), int32_t(slots.size()));
+    for (size_t i : which) {
+      RetiredRequest out;
+      out.request = live[i].id;
+      out.slot = live[i].slot;
+      out.rounds = live[i].rounds;
+      out.state.resize(verifier.slot_state_bytes() * size_t(cfg.verifier.model.layers));
+      verifier.read_pool(out.slot, out.state.data());  // synchronous: waits for the materialize
+      retired.push_back(std::move(out));
+      free_slots.push_back(live[i].slot);
+    }
+    std::vector<Request> keep;
+    for (size_t i = 0; i < live.size(); ++i)
+      if (std::find(which.begin(), which.end(), i) == which.end()) keep.push_back(live[i]);
+    live = std::move(keep);
+  }
+
+  void between_rounds(const Stream& s) {
+    if (rounds_run > 0 && cfg.retire_rate > 0.0) {
+      std::bernoulli_distribution leave(cfg.retire_rate);
+      std::vector<size_t> which;
+      for (size_t i = 0; i < live.size(); ++i)
+        if (leave(rng)) which.push_back(i);
+      retire(s, which);
+    }
+    join(cfg.batch - int32_t(live.size()));
+    std::vector<int32_t> next;
+    for (const Request& r : live) next.push_back(r.slot);
+    if (cfg.vary_batch) {
+      std::shuffle(next.begin(), next.end(), rng);
+      next.resize(std::uniform_int_distribution<size_t>(1, next.size())(rng));
+    }
+    if (next != batch) {
+      batch = next;
+      runner->set_batch(s, batch.data(), int32_t(batch.size()));
+    }
+  }
+
+  void record_round() {
+    const VerifierConfig& vc = cfg.verifier;
+    const uint32_t round = uint32_t(rounds_run);
+    for (int32_t slot : batch) {
+      tokens_accepted += synthetic_accept_length(cfg.seed, round, slot, vc.tokens, float(cfg.accept_rate));
+      for (Request& r : live)
+        if (r.slot == slot) ++r.rounds;
+    }
+    if (!cfg.keep_outputs) return;
+    RoundRecord rec;
+    rec.slots = batch;
+    const size_t row_bytes = size_t(vc.tokens) * vc.model.value_heads * vc.model.head_v * dtype_size(vc.io_dtype);
+    const size_t n = batch.size(), layer_bytes = size_t(vc.max_rows) * row_bytes;
+    rec.outputs.resize(size_t(vc.model.layers) * n * row_bytes);
+    for (int32_t l = 0; l < vc.model.layers; ++l)
+      detail::copy_to_host(vc.backend, rec.outputs.data() + size_t(l) * n * row_bytes,
+                           outputs.as<char>() + size_t(l) * layer_bytes, n * row_bytes);
+    records.push_back(std::move(rec));
+  }
+};
+
+HostEngine::HostEngine(const HostEngineConfig& config) : impl_(std::make_unique<Impl>(config)) {}
+HostEngine::~HostEngine() = default;
+
+void HostEngine::start(const Stream& s) {
+  impl_->join(impl_->cfg.batch);
+  impl_->runner->capture(s);
+}
+
+void HostEngine::run_round(const Stream& s) {
+  Impl& m = *impl_;
+  m.between_rounds(s);
+  m.runner->run_round(s);
+  if (!m.runner->sampler_in_round()) m.runner->accept(s, m.sample(s, m.runner->rows()));
+  m.record_round();
+  ++m.rounds_run;
+}
+
+void HostEngine::finish(const Stream& s) {
+  std::vector<size_t> all(impl_->live.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  impl_->retire(s, all);
+  impl_->batch.clear();
+}
+
+int32_t HostEngine::rounds_run() const { return impl_->rounds_run; }
+int64_t HostEngine::tokens_accepted() const { return impl_->tokens_accepted; }
+const std::vector<RoundRecord>& HostEngine::rounds() const { return impl_->records; }
+const std::vector<RetiredRequest>& HostEngine::retired() const { return impl_->retired; }
+const std::vector<int32_t>& HostEngine::batch_slots() const { return impl_->batch; }
+Verifier& HostEngine::verifier() { return impl_->verifier; }
+GraphRunner& HostEngine::runner() { return *impl_->runner; }
+const HostEngineConfig& HostEngine::config() const { return impl_->cfg; }
+
+}  // namespace kdagraph

@@ -1,0 +1,38 @@
+#include "kernels/synthetic.h"
+
+namespace kdagraph {
+namespace {
+
+template <class IoT>
+__global__ void synthetic_inputs_kernel(SyntheticInputParams p) {
+  const int64_t total = synthetic_inputs_elements(p);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    synthetic_inputs_element<IoT>(p, i);
+}
+
+// One block: every row reads the round, then thread 0 advances it after the barrier.
+__global__ void synthetic_sampler_kernel(SyntheticSamplerParams p) {
+  const uint32_t round = uint32_t(*p.round);
+  for (int32_t n = threadIdx.x; n < p.rows; n += blockDim.x)
+    p.accepted[n] = n < *p.n_real ? synthetic_accept_length(p.seed, round, p.slots[n], p.tokens, p.accept_rate) : 0;
+  __syncthreads();
+  if (threadIdx.x == 0) *p.round = int64_t(round) + 1;
+}
+
+}  // namespace
+
+cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t stream) {
+  const int64_t total = synthetic_inputs_elements(p);
+  const int threads = 256;
+  const int blocks = int((total + threads - 1) / threads < 4096 ? (total + threads - 1) / threads : 4096);
+  if (p.io_dtype == DType::f32) synthetic_inputs_kernel<float><<<blocks, threads, 0, stream>>>(p);
+  else synthetic_inputs_kernel<math::bf16><<<blocks, threads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, cudaStream_t stream) {
+  synthetic_sampler_kernel<<<1, 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace kdagraph

@@ -1,0 +1,148 @@
+// SPEC §8: the command line's stand-ins for a model's projections and an engine's sampler. Every value is
+// a counter-based hash of (seed, round, slot, layer, token, element), so the device generates it inside
+// the graph and the CPU reference regenerates exactly the same bits for --check.
+#pragma once
+
+#include <cstdint>
+
+#include "kdagraph/types.hpp"
+#include "kernels/kda_math.h"
+
+namespace kdagraph {
+
+// What a hashed value is for; part of the counter so different tensors never share a stream.
+enum class SyntheticField : uint32_t { q = 1, k, v, g, beta, state, accept, gate_a_log, gate_dt_bias };
+
+KDA_HD uint64_t mix64(uint64_t x) {  // the splitmix64 finalizer: a bijection with full avalanche
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+KDA_HD uint32_t synthetic_bits(uint64_t seed, uint32_t round, uint32_t slot, uint32_t layer, uint32_t token,
+                               SyntheticField field, uint32_t element) {
+  uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull);
+  h = mix64(h ^ ((uint64_t(round) << 32) | slot));
+  h = mix64(h ^ ((uint64_t(layer) << 32) | (uint64_t(token) << 8) | uint32_t(field)));
+  h = mix64(h ^ element);
+  return uint32_t(h >> 32);
+}
+
+// Uniform in [lo, hi) from the top 24 bits (exact in fp32).
+KDA_HD float synthetic_uniform(uint32_t bits, float lo, float hi) {
+  return lo + (hi - lo) * (float(bits >> 8) * 5.9604644775390625e-8f);
+}
+
+struct SyntheticInputParams {
+  uint64_t seed = 0;
+  const int64_t* round = nullptr;    // [1] the round counter, advanced by the sampler step
+  const int32_t* slots = nullptr;    // [N] batch slots
+  const int32_t* n_real = nullptr;   // [1]
+  int32_t rows = 0, tokens = 0, heads = 0, value_heads = 0, head_k = 0, head_v = 0;
+  int32_t layer = 0;
+  DType io_dtype = DType::f32;
+  bool raw_gate = false;     // g is a raw gate input (gate in kernel) rather than a log decay
+  bool beta_logit = false;   // beta is a logit
+  void* q = nullptr;         // [N, T, H, K]
+  void* k = nullptr;
+  void* v = nullptr;         // [N, T, HV, V]
+  void* g = nullptr;         // [N, T, HV, K]
+  void* beta = nullptr;      // [N, T, HV]
+};
+
+// Value of element `e` of one token's tensor `field` (e indexes the [H or HV, dim] block of one token).
+KDA_HD float synthetic_input(const SyntheticInputParams& p, uint32_t round, int32_t slot, int32_t t,
+                             SyntheticField field, uint32_t e) {
+  const uint32_t bits = synthetic_bits(p.seed, round, uint32_t(slot), uint32_t(p.layer), uint32_t(t), field, e);
+  switch (field) {
+    case SyntheticField::q:
+    case SyntheticField::k: return synthetic_uniform(bits, -1.0f, 1.0f);
+    case SyntheticField::v: return synthetic_uniform(bits, -1.0f, 1.0f);
+    case SyntheticField::g: return p.raw_gate ? synthetic_uniform(bits, -4.0f, 2.0f) : synthetic_uniform(bits, -0.6f, 0.0f);
+    case SyntheticField::beta: return p.beta_logit ? synthetic_uniform(bits, -3.0f, 3.0f) : synthetic_uniform(bits, 0.05f, 0.95f);
+    default: return 0.0f;
+  }
+}
+
+// Writes element `i` (flat over all tensors of one row-token) of the inputs. Padded rows get zeros.
+template <class IoT>
+KDA_HD void synthetic_inputs_element(const SyntheticInputParams& p, int64_t i) {
+  const int64_t qk = int64_t(p.heads) * p.head_k, vv = int64_t(p.value_heads) * p.head_v;
+  const int64_t gg = int64_t(p.value_heads) * p.head_k, bb = p.value_heads;
+  const int64_t per_token = 2 * qk + vv + gg + bb;
+  const int64_t tok = i / per_token;
+  int64_t e = i % per_token;
+  const int32_t n = int32_t(tok / p.tokens), t = int32_t(tok % p.tokens);
+  const int32_t slot = n < *p.n_real ? p.slots[n] : -1;
+  const uint32_t round = uint32_t(*p.round);
+  auto put = [&](void* base, int64_t width, SyntheticField f) {
+    const float x = slot >= 0 ? synthetic_input(p, round, slot, t, f, uint32_t(e)) : 0.0f;
+    static_cast<IoT*>(base)[tok * width + e] = math::from_f32<IoT>(x);
+  };
+  if (e < qk) return put(p.q, qk, SyntheticField::q);
+  e -= qk;
+  if (e < qk) return put(p.k, qk, SyntheticField::k);
+  e -= qk;
+  if (e < vv) return put(p.v, vv, SyntheticField::v);
+  e -= vv;
+  if (e < gg) return put(p.g, gg, SyntheticField::g);
+  e -= gg;
+  put(p.beta, bb, SyntheticField::beta);
+}
+
+KDA_HD int64_t synthetic_inputs_elements(const SyntheticInputParams& p) {
+  const int64_t per_token = 2 * int64_t(p.heads) * p.head_k + int64_t(p.value_heads) * p.head_v +
+                            int64_t(p.value_heads) * p.head_k + p.value_heads;
+  return int64_t(p.rows) * p.tokens * per_token;
+}
+
+// The simulated sampler: each draft token is accepted with probability `accept_rate` until the first
+// rejection, so a = 1 + accepted drafts, in [1, T].
+struct SyntheticSamplerParams {
+  uint64_t seed = 0;
+  int64_t* round = nullptr;          // [1] read, then advanced by one (after every row has read it)
+  const int32_t* slots = nullptr;    // [N]
+  const int32_t* n_real = nullptr;   // [1]
+  int32_t rows = 0, tokens = 0;
+  float accept_rate = 0.0f;
+  int32_t* accepted = nullptr;       // [N]
+};
+
+KDA_HD int32_t synthetic_accept_length(uint64_t seed, uint32_t round, int32_t slot, int32_t tokens,
+                                       float accept_rate) {
+  int32_t a = 1;
+  while (a < tokens && synthetic_uniform(synthetic_bits(seed, round, uint32_t(slot), 0, uint32_t(a),
+                                                        SyntheticField::accept, 0),
+                                         0.0f, 1.0f) < accept_rate)
+    ++a;
+  return a;
+}
+
+// The seeded state a request joins with (its prefill): small values, per (request, layer, element).
+KDA_HD float synthetic_state(uint64_t seed, uint32_t request, uint32_t layer, uint32_t element) {
+  return synthetic_uniform(synthetic_bits(seed, request, 0, layer, 0, SyntheticField::state, element), -0.5f, 0.5f);
+}
+
+// Per-layer gate parameters for gate-in-kernel presets.
+KDA_HD float synthetic_a_log(uint64_t seed, uint32_t layer, uint32_t head) {
+  return synthetic_uniform(synthetic_bits(seed, 0, 0, layer, 0, SyntheticField::gate_a_log, head), -1.5f, 0.5f);
+}
+KDA_HD float synthetic_dt_bias(uint64_t seed, uint32_t layer, uint32_t element) {
+  return synthetic_uniform(synthetic_bits(seed, 0, 0, layer, 0, SyntheticField::gate_dt_bias, element), -0.5f, 0.5f);
+}
+
+void synthetic_inputs_cpu(const SyntheticInputParams& p);
+void synthetic_sampler_cpu(const SyntheticSamplerParams& p);
+
+}  // namespace kdagraph
+
+#if defined(KDAGRAPH_WITH_CUDA)
+#include <cuda_runtime_api.h>
+namespace kdagraph {
+cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t stream);
+cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, cudaStream_t stream);
+}  // namespace kdagraph
+#endif

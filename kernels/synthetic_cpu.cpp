@@ -1,0 +1,23 @@
+#include "kernels/synthetic.h"
+
+namespace kdagraph {
+
+void synthetic_inputs_cpu(const SyntheticInputParams& p) {
+  const int64_t total = synthetic_inputs_elements(p);
+  if (p.io_dtype == DType::f32) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < total; ++i) synthetic_inputs_element<float>(p, i);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < total; ++i) synthetic_inputs_element<math::bf16>(p, i);
+  }
+}
+
+void synthetic_sampler_cpu(const SyntheticSamplerParams& p) {
+  const uint32_t round = uint32_t(*p.round);
+  for (int32_t n = 0; n < p.rows; ++n)
+    p.accepted[n] = n < *p.n_real ? synthetic_accept_length(p.seed, round, p.slots[n], p.tokens, p.accept_rate) : 0;
+  *p.round += 1;
+}
+
+}  // namespace kdagraph

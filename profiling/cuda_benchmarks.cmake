@@ -1,0 +1,1 @@
+# GPU benchmarks: registered by the CUDA kernels work.

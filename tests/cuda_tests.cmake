@@ -1,0 +1,1 @@
+# GPU tests: registered by the CUDA kernels work (label gpu).
