@@ -1,1 +1,21 @@
+#include "kernels/cuda_check.h"
 
+#include <cstdio>
+#include <string>
+
+#include "kdagraph/error.hpp"
+
+namespace kdagraph::detail {
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  throw Error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
+              cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+}
+
+// Formats straight to stderr: building a std::string could throw, and destructors call this.
+void warn_cuda_error(cudaError_t err, const char* call, const char* file, int line) noexcept {
+  std::fprintf(stderr, "kdagraph: warning: %s failed at %s:%d: %s: %s\n", call, file, line,
+               cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+}  // namespace kdagraph::detail

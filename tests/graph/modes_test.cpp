@@ -1,0 +1,221 @@
+// SPEC §3 on the CPU backend: two-phase and fused-accept agree bitwise, round after round, with joins,
+// retirements and changing batches; materialize; slots outside a batch are untouched.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kdagraph/host_engine.hpp"
+#include "kdagraph/verifier.hpp"
+#include "tests/common/engines.h"
+#include "tests/common/storage.h"
+#include "tests/common/verify_case.h"
+
+namespace kdagraph::test {
+namespace {
+
+const Stream kCpu{Backend::cpu, nullptr};
+
+void expect_same_history(HostEngine& a, HostEngine& b) {
+  ASSERT_EQ(a.rounds().size(), b.rounds().size());
+  for (size_t r = 0; r < a.rounds().size(); ++r) {
+    ASSERT_EQ(a.rounds()[r].slots, b.rounds()[r].slots) << "round " << r;
+    ASSERT_EQ(a.rounds()[r].outputs, b.rounds()[r].outputs) << "outputs differ in round " << r;
+  }
+  ASSERT_EQ(a.retired().size(), b.retired().size());
+  for (size_t i = 0; i < a.retired().size(); ++i) {
+    EXPECT_EQ(a.retired()[i].request, b.retired()[i].request);
+    EXPECT_EQ(a.retired()[i].state, b.retired()[i].state) << "materialized state of request " << a.retired()[i].request;
+  }
+}
+
+TEST(Modes, TwoPhaseAndFusedAcceptAgreeBitwiseOverManyRounds) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  HostEngine two(small_engine(Backend::cpu, Mode::two_phase, Exec::eager, seed));
+  HostEngine fused(small_engine(Backend::cpu, Mode::fused_accept, Exec::eager, seed));
+  two.start(kCpu);
+  fused.start(kCpu);
+  for (int r = 0; r < 60; ++r) {
+    two.run_round(kCpu);
+    fused.run_round(kCpu);
+  }
+  two.finish(kCpu);
+  fused.finish(kCpu);
+  EXPECT_GT(two.retired().size(), 6u) << "the run should retire requests along the way";
+  expect_same_history(two, fused);
+  // Every output was written (no zero-filled or stale rows): each round's outputs differ from the last.
+  for (size_t r = 1; r < fused.rounds().size(); ++r) EXPECT_NE(fused.rounds()[r].outputs, fused.rounds()[r - 1].outputs);
+  // Fused-accept never touched the pool between prefill and materialize; two-phase wrote it every round.
+  EXPECT_EQ(snapshot(two.verifier()).pool, snapshot(fused.verifier()).pool);
+}
+
+// One verifier per mode, driven by hand: the accept lengths come from the host here.
+struct Pair {
+  Verifier two, fused;
+  explicit Pair(const VerifierConfig& c) : two(with_mode(c, Mode::two_phase)), fused(with_mode(c, Mode::fused_accept)) {}
+  static VerifierConfig with_mode(VerifierConfig c, Mode m) {
+    c.mode = m;
+    return c;
+  }
+};
+
+// Inputs for a batch of `rows` rows of one layer, random, kept in host memory (CPU backend).
+struct HostInputs {
+  std::vector<float> q, k, v, g, beta, o;
+  HostInputs(const VerifierConfig& c, int32_t rows, std::mt19937_64& rng) {
+    const size_t N = size_t(rows), T = size_t(c.tokens), H = size_t(c.model.heads), HV = size_t(c.model.value_heads);
+    const size_t K = size_t(c.model.head_k), V = size_t(c.model.head_v);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    auto fill = [&](std::vector<float>& x, size_t n) {
+      x.resize(n);
+      for (auto& e : x) e = d(rng);
+    };
+    fill(q, N * T * H * K);
+    fill(k, N * T * H * K);
+    fill(v, N * T * HV * V);
+    fill(g, N * T * HV * K);
+    fill(beta, N * T * HV);
+    o.assign(N * T * HV * V, NAN);
+  }
+  LayerInputs view(const std::vector<float>& gate) {
+    LayerInputs in;
+    in.q = q.data();
+    in.k = k.data();
+    in.v = v.data();
+    in.g = g.data();
+    in.beta = beta.data();
+    in.o = o.data();
+    in.A_log = gate.data();
+    in.dt_bias = gate.data() + 8;
+    return in;
+  }
+};
+
+std::vector<float> gate_params(const VerifierConfig& c) {
+  std::vector<float> gate(8 + size_t(c.model.value_heads) * c.model.head_k, 0.1f);
+  return gate;
+}
+
+// Runs one round of the same inputs through both modes and expects equal outputs.
+void round_both(Pair& p, const std::vector<int32_t>& slots, const std::vector<int32_t>& accept, std::mt19937_64& rng) {
+  const VerifierConfig& c = p.two.config();
+  const auto gate = gate_params(c);
+  std::vector<HostInputs> in;
+  for (int l = 0; l < c.model.layers; ++l) in.emplace_back(c, int32_t(slots.size()), rng);
+  std::vector<std::vector<float>> outs[2];
+  int i = 0;
+  for (Verifier* v : {&p.two, &p.fused}) {
+    std::vector<LayerInputs> views;
+    for (auto& x : in) {
+      std::fill(x.o.begin(), x.o.end(), NAN);
+      views.push_back(x.view(gate));
+    }
+    v->set_batch(kCpu, slots.data(), int32_t(slots.size()));
+    v->enqueue_round(kCpu, views.data(), int32_t(slots.size()));
+    v->enqueue_accept_from_host(kCpu, accept.data(), int32_t(accept.size()));
+    if (v->config().mode == Mode::two_phase) v->enqueue_commit(kCpu, int32_t(slots.size()));
+    for (auto& x : in) outs[i].push_back(x.o);
+    ++i;
+  }
+  for (size_t l = 0; l < outs[0].size(); ++l) {
+    for (float x : outs[0][l]) ASSERT_FALSE(std::isnan(x)) << "an output was not written";
+    EXPECT_EQ(0, std::memcmp(outs[0][l].data(), outs[1][l].data(), outs[0][l].size() * 4)) << "layer " << l;
+  }
+}
+
+TEST(Modes, FusedRoundThatOverwritesItsSeedRowIsRight) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Pair p(small_verifier(Backend::cpu, Mode::fused_accept));
+  randomize_storage(p.two, seed);
+  randomize_storage(p.fused, seed);
+  const std::vector<int32_t> slots = {3, 0, 11};
+  // Round 1 accepts one token: round 2 seeds from scratch row slot*S + 0, which it overwrites.
+  round_both(p, slots, {1, 1, 1}, rng);
+  std::vector<int32_t> accept_len(12);
+  detail::copy_to_host(Backend::cpu, accept_len.data(), p.fused.accept_len(), 48);
+  EXPECT_EQ(accept_len[3], 1);
+  round_both(p, slots, {1, 4, 2}, rng);
+  round_both(p, slots, {3, 1, 4}, rng);
+  p.fused.enqueue_materialize(kCpu, slots.data(), int32_t(slots.size()));
+  EXPECT_EQ(snapshot(p.two).pool, snapshot(p.fused).pool);
+}
+
+TEST(Modes, SlotsOutsideTheBatchAreUntouched) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept}) {
+    Verifier v(small_verifier(Backend::cpu, mode));
+    randomize_storage(v, seed);
+    std::vector<int32_t> accept_len = {0, 2, 4, 1, 0, 3, 0, 0, 1, 2, 0, 4};
+    if (mode == Mode::fused_accept)
+      detail::copy_to_backend(Backend::cpu, v.accept_len(), accept_len.data(), accept_len.size() * 4);
+    const auto gate = gate_params(v.config());
+    for (int round = 0; round < 4; ++round) {
+      std::vector<int32_t> all(12);
+      for (int i = 0; i < 12; ++i) all[size_t(i)] = i;
+      std::shuffle(all.begin(), all.end(), rng);
+      const std::vector<int32_t> batch(all.begin(), all.begin() + 5);
+      std::vector<HostInputs> in;
+      std::vector<LayerInputs> views;
+      for (int l = 0; l < 3; ++l) in.emplace_back(v.config(), 8, rng);
+      for (auto& x : in) views.push_back(x.view(gate));
+      const StorageSnapshot before = snapshot(v);
+      v.set_batch(kCpu, batch.data(), 5);
+      v.enqueue_round(kCpu, views.data(), 8);  // 3 padded rows
+      std::vector<int32_t> accepted(5);
+      for (auto& a : accepted) a = std::uniform_int_distribution<int32_t>(1, 4)(rng);
+      v.enqueue_accept_from_host(kCpu, accepted.data(), 5);
+      if (mode == Mode::two_phase) v.enqueue_commit(kCpu, 8);
+      const StorageSnapshot after = snapshot(v);
+      for (int32_t s = 0; s < 12; ++s)
+        if (std::find(batch.begin(), batch.end(), s) == batch.end()) expect_slot_unchanged(v.config(), before, after, s);
+      // Padded rows output zeros.
+      for (auto& x : in)
+        for (size_t e = 5 * x.o.size() / 8; e < x.o.size(); ++e) ASSERT_EQ(x.o[e], 0.0f);
+    }
+  }
+}
+
+TEST(Modes, MaterializeWithZeroAcceptChangesNothingAndTwiceEqualsOnce) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Verifier v(small_verifier(Backend::cpu, Mode::fused_accept));
+  randomize_storage(v, seed);
+  const std::vector<int32_t> slots = {2, 7};
+  const StorageSnapshot start = snapshot(v);
+  v.enqueue_materialize(kCpu, slots.data(), 2);  // accept_len is 0 everywhere
+  EXPECT_TRUE(snapshot(v) == start);
+
+  std::vector<HostInputs> in;
+  std::vector<LayerInputs> views;
+  const auto gate = gate_params(v.config());
+  for (int l = 0; l < 3; ++l) in.emplace_back(v.config(), 2, rng);
+  for (auto& x : in) views.push_back(x.view(gate));
+  v.set_batch(kCpu, slots.data(), 2);
+  v.enqueue_round(kCpu, views.data(), 2);
+  const std::vector<int32_t> accepted = {3, 1};
+  v.enqueue_accept_from_host(kCpu, accepted.data(), 2);
+  const StorageSnapshot before = snapshot(v);
+  EXPECT_EQ(before.accept_len[2], 3);
+  v.enqueue_materialize(kCpu, slots.data(), 2);
+  const StorageSnapshot once = snapshot(v);
+  EXPECT_EQ(once.accept_len[2], 0);
+  EXPECT_EQ(once.accept_len[7], 0);
+  EXPECT_NE(once.pool, before.pool);
+  // pool[2] now holds scratch row 2*S + 2 of every layer.
+  const StateGeometry g = geometry(v.config());
+  for (int32_t l = 0; l < 3; ++l)
+    EXPECT_EQ(0, std::memcmp(once.pool.data() + g.pool_offset(l, 2, 0) * 4,
+                             once.scratch.data() + g.scratch_offset(l, scratch_row(2, 2, g.scratch_steps), 0) * 4,
+                             size_t(g.slot_elems()) * 4));
+  v.enqueue_materialize(kCpu, slots.data(), 2);
+  EXPECT_TRUE(snapshot(v) == once);
+}
+
+}  // namespace
+}  // namespace kdagraph::test
