@@ -5,6 +5,8 @@
 #include <vector>
 
 #if defined(KDAGRAPH_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
 #include "kernels/verify.h"
 #endif
 
@@ -137,6 +139,15 @@ void validate_stream(const char* where, const Stream& s, Backend backend) {
 }
 
 }  // namespace detail
+
+bool cuda_available() {
+#if defined(KDAGRAPH_WITH_CUDA)
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+#else
+  return false;
+#endif
+}
 
 const char* to_string(DType t) { return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "?"; }
 const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : b == Backend::cuda ? "cuda" : "?"; }

@@ -1,1 +1,91 @@
-int main(){}
+// CPU verify bandwidth beside memcpy's, measured in the same run (issue: the CPU path must be a real
+// fallback). Bytes per verify = (1 + T) state transfers per (row, head) (SPEC §7), plus the inputs.
+//   ./bench_verify_cpu --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/indices.h"
+#include "kernels/memory.h"
+#include "kernels/verify.h"
+
+namespace kdagraph {
+namespace {
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t bytes = size_t(state.range(0)) << 20;
+  detail::Buffer src(Backend::cpu, bytes), dst(Backend::cpu, bytes);
+  std::memset(src.data(), 1, bytes);
+  std::memset(dst.data(), 2, bytes);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * bytes));  // read + write
+}
+BENCHMARK(BM_Memcpy)->Arg(256)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Args: rows, value heads, T. K = V = 128, fp32 state and inputs, every row seeded from scratch.
+void BM_VerifyCpu(benchmark::State& state) {
+  const int32_t N = int32_t(state.range(0)), HV = int32_t(state.range(1)), T = int32_t(state.range(2));
+  const int32_t K = 128, V = 128, S = T, P = N;
+  const size_t head = size_t(K) * V;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> d(-0.1f, 0.1f);
+  auto buffer = [&](size_t n) {
+    detail::Buffer b(Backend::cpu, n * 4);
+    for (size_t i = 0; i < n; ++i) b.as<float>()[i] = d(rng);
+    return b;
+  };
+  detail::Buffer q = buffer(size_t(N) * T * HV * K), k = buffer(size_t(N) * T * HV * K);
+  detail::Buffer v = buffer(size_t(N) * T * HV * V), g = buffer(size_t(N) * T * HV * K);
+  detail::Buffer beta = buffer(size_t(N) * T * HV), o = buffer(size_t(N) * T * HV * V);
+  detail::Buffer pool = buffer(size_t(P) * HV * head), scratch = buffer(size_t(P) * S * HV * head);
+  std::vector<int32_t> seed_pool(size_t(N), -1), seed_scratch(static_cast<size_t>(N)), write_row(size_t(N) * T);
+  for (int32_t n = 0; n < N; ++n) {
+    seed_scratch[size_t(n)] = n * S + (n % T);
+    for (int32_t t = 0; t < T; ++t) write_row[size_t(n) * T + t] = n * S + t;
+  }
+  VerifyParams p;
+  p.rows = N;
+  p.tokens = T;
+  p.heads = HV;
+  p.value_heads = HV;
+  p.head_k = K;
+  p.head_v = V;
+  p.options.l2norm_qk = true;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.g = g.data();
+  p.beta = beta.data();
+  p.o = o.data();
+  p.pool_layer = pool.data();
+  p.scratch_layer = scratch.data();
+  p.seed_pool = seed_pool.data();
+  p.seed_scratch = seed_scratch.data();
+  p.write_row = write_row.data();
+  for (auto _ : state) {
+    verify_cpu(p);
+    benchmark::ClobberMemory();
+  }
+  const int64_t state_bytes = int64_t(1 + T) * N * HV * int64_t(head) * 4;
+  state.SetBytesProcessed(int64_t(state.iterations()) * state_bytes);
+  state.counters["state_MiB"] = double(state_bytes) / (1 << 20);
+}
+BENCHMARK(BM_VerifyCpu)
+    ->ArgNames({"rows", "HV", "T"})
+    ->Args({1, 16, 4})
+    ->Args({4, 16, 4})
+    ->Args({8, 32, 4})
+    ->Args({8, 16, 2})
+    ->Args({8, 16, 8})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace kdagraph
+
+BENCHMARK_MAIN();
