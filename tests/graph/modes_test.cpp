@@ -9,6 +9,7 @@
 #include "kdagraph/host_engine.hpp"
 #include "kdagraph/verifier.hpp"
 #include "tests/common/engines.h"
+#include "tests/common/host_inputs.h"
 #include "tests/common/storage.h"
 #include "tests/common/verify_case.h"
 
@@ -60,43 +61,6 @@ struct Pair {
     return c;
   }
 };
-
-// Inputs for a batch of `rows` rows of one layer, random, kept in host memory (CPU backend).
-struct HostInputs {
-  std::vector<float> q, k, v, g, beta, o;
-  HostInputs(const VerifierConfig& c, int32_t rows, std::mt19937_64& rng) {
-    const size_t N = size_t(rows), T = size_t(c.tokens), H = size_t(c.model.heads), HV = size_t(c.model.value_heads);
-    const size_t K = size_t(c.model.head_k), V = size_t(c.model.head_v);
-    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    auto fill = [&](std::vector<float>& x, size_t n) {
-      x.resize(n);
-      for (auto& e : x) e = d(rng);
-    };
-    fill(q, N * T * H * K);
-    fill(k, N * T * H * K);
-    fill(v, N * T * HV * V);
-    fill(g, N * T * HV * K);
-    fill(beta, N * T * HV);
-    o.assign(N * T * HV * V, NAN);
-  }
-  LayerInputs view(const std::vector<float>& gate) {
-    LayerInputs in;
-    in.q = q.data();
-    in.k = k.data();
-    in.v = v.data();
-    in.g = g.data();
-    in.beta = beta.data();
-    in.o = o.data();
-    in.A_log = gate.data();
-    in.dt_bias = gate.data() + 8;
-    return in;
-  }
-};
-
-std::vector<float> gate_params(const VerifierConfig& c) {
-  std::vector<float> gate(8 + size_t(c.model.value_heads) * c.model.head_k, 0.1f);
-  return gate;
-}
 
 // Runs one round of the same inputs through both modes and expects equal outputs.
 void round_both(Pair& p, const std::vector<int32_t>& slots, const std::vector<int32_t>& accept, std::mt19937_64& rng) {
