@@ -226,9 +226,9 @@ void GraphRunner::run_round(const Stream& s) {
                          "(warned once)\n", n_, plan_.max_bs());
     warned_eager_ = true;
   }
-  const int32_t rows = bucket > 0 ? bucket : n_;
-  nvtx::Scoped range(nvtx::Range::eager_round, rows);
-  enqueue_body(s, rows, sampler_in_round());
+  // Eagerly the round needs no padding: it runs the batch's n rows.
+  nvtx::Scoped range(nvtx::Range::eager_round, n_);
+  enqueue_body(s, n_, sampler_in_round());
 }
 
 void GraphRunner::accept(const Stream& s, const int32_t* accepted) {

@@ -1,0 +1,135 @@
+#include "tools/engine_options.h"
+
+#include <cstdio>
+
+#include "kdagraph/graph_runner.hpp"
+
+namespace kdagraph::cli {
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> kPresets = {
+      {"tiny", ModelShape{2, 2, 4, 64, 64}, "a small model for quick runs and tests; K = V = 64 also runs on the GPU"},
+      {"kimi-linear-48b", ModelShape{20, 32, 32, 128, 128}, "Kimi-Linear-48B-A3B: its 20 KDA layers"},
+      {"kimi-linear-48b-tp2", ModelShape{20, 16, 16, 128, 128}, "the same at tensor parallel 2 (one rank)"},
+  };
+  return kPresets;
+}
+
+const std::vector<std::string> kModeNames = {"two-phase", "fused-accept"};
+const std::vector<std::string> kExecNames = {"eager", "graph"};
+const std::vector<std::string> kDTypeNames = {"f32", "bf16"};
+
+namespace {
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : presets()) names.push_back(p.name);
+  return names;
+}
+
+const Preset& find_preset(const std::string& name) {
+  for (const Preset& p : presets())
+    if (name == p.name) return p;
+  throw UsageError("--preset: '" + name + "' is not one of: " + join(preset_names(), ", "));
+}
+
+}  // namespace
+
+ModelShape ModelOptions::shape() const {
+  const Preset& p = find_preset(preset);
+  ModelShape m = p.model;
+  if (layers) m.layers = layers;
+  if (heads) {
+    m.value_heads = heads * (p.model.value_heads / p.model.heads);  // keep the preset's grouping
+    m.heads = heads;
+  }
+  if (value_heads) m.value_heads = value_heads;
+  if (head_dim) m.head_k = m.head_v = head_dim;
+  if (m.value_heads % m.heads != 0)
+    throw UsageError("--value-heads: " + std::to_string(m.value_heads) + " is not a multiple of the " +
+                     std::to_string(m.heads) + " query/key heads (--heads)");
+  return m;
+}
+
+void add_model_options(OptionTable& t, ModelOptions& m) {
+  std::string preset_help = "model shape:";
+  for (const Preset& p : presets())
+    preset_help += std::string(" ") + p.name + " (" + describe(p.model) + ";" + " " + p.what + "),";
+  preset_help.back() = ';';
+  preset_help += " default tiny";
+  t.value("preset", "NAME", preset_help, [&m](const std::string&, const std::string& v) {
+    find_preset(v);
+    m.preset = v;
+  });
+  t.value("layers", "L", "KDA layers (overrides the preset)",
+          [&m](const std::string& o, const std::string& v) { m.layers = int32_t(parse_int(o, v, 1, 256)); });
+  t.value("heads", "H", "query/key heads; value heads keep the preset's grouping unless --value-heads",
+          [&m](const std::string& o, const std::string& v) { m.heads = int32_t(parse_int(o, v, 1, 256)); });
+  t.value("value-heads", "HV", "value heads, a multiple of H",
+          [&m](const std::string& o, const std::string& v) { m.value_heads = int32_t(parse_int(o, v, 1, 256)); });
+  t.value("head-dim", "D", "K = V = D (the GPU supports 64 and 128)",
+          [&m](const std::string& o, const std::string& v) { m.head_dim = int32_t(parse_int(o, v, 1, 512)); });
+  t.value("dtype", "f32|bf16", "dtype of the per-layer inputs and outputs (default f32)",
+          [&m](const std::string& o, const std::string& v) { m.io = DType(parse_choice(o, v, kDTypeNames)); });
+  t.value("state-dtype", "f32|bf16", "dtype the recurrent state is stored in (default f32)",
+          [&m](const std::string& o, const std::string& v) { m.state = DType(parse_choice(o, v, kDTypeNames)); });
+}
+
+void add_backend_option(OptionTable& t, BackendChoice& choice) {
+  t.value("backend", "auto|cpu|cuda", "where to run; auto picks CUDA when a device is visible (default auto)",
+          [&choice](const std::string& o, const std::string& v) {
+            choice = BackendChoice(parse_choice(o, v, {"auto", "cpu", "cuda"}));
+          });
+}
+
+Backend resolve_backend(BackendChoice choice) {
+  const bool cuda = cuda_available();
+  if (choice == BackendChoice::cuda && !cuda) {
+#if defined(KDAGRAPH_WITH_CUDA)
+    throw UsageError("--backend: cuda was asked for but no CUDA device is visible");
+#else
+    throw UsageError("--backend: cuda was asked for but this build has no CUDA backend");
+#endif
+  }
+  if (choice == BackendChoice::automatic && !cuda) {
+#if defined(KDAGRAPH_WITH_CUDA)
+    std::fputs("kdagraph: no CUDA device is visible; running on the CPU backend\n", stderr);
+#else
+    std::fputs("kdagraph: built without CUDA; running on the CPU backend\n", stderr);
+#endif
+  }
+  if (choice == BackendChoice::cpu) return Backend::cpu;
+  return cuda ? Backend::cuda : Backend::cpu;
+}
+
+HostEngineConfig engine_config(const EngineSetup& e) {
+  HostEngineConfig c;
+  VerifierConfig& v = c.verifier;
+  v.backend = e.backend;
+  v.model = e.model;
+  v.pool = PoolShape{e.slots > 0 ? e.slots : 2 * e.batch, e.tokens, e.state};
+  v.max_rows = e.batch;
+  v.tokens = e.tokens;
+  v.io_dtype = e.io;
+  v.mode = e.mode;
+  v.options.l2norm_qk = true;
+  v.options.gate = GateMode::softplus;
+  v.options.beta_is_logit = true;
+  c.runner.buckets = e.buckets.empty() ? default_buckets(e.batch) : e.buckets;
+  c.runner.exec = e.exec;
+  c.runner.sampler_in_graph = e.sampler_in_graph;
+  c.batch = e.batch;
+  c.accept_rate = e.accept_rate;
+  c.seed = e.seed;
+  c.retire_rate = e.retire_rate;
+  c.vary_batch = e.vary_batch;
+  c.keep_outputs = e.keep_outputs;
+  return c;
+}
+
+std::string describe(const ModelShape& m) {
+  return "L=" + std::to_string(m.layers) + " H=" + std::to_string(m.heads) + " HV=" + std::to_string(m.value_heads) +
+         " K=" + std::to_string(m.head_k) + " V=" + std::to_string(m.head_v);
+}
+
+}  // namespace kdagraph::cli

@@ -1,0 +1,70 @@
+// What `kdagraph run` and `kdagraph bench` share: the model presets of SPEC §7 and their overrides, the
+// backend choice, and the HostEngineConfig a command line builds from them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kdagraph/host_engine.hpp"
+#include "tools/cli_args.h"
+
+namespace kdagraph::cli {
+
+struct Preset {
+  const char* name;
+  ModelShape model;
+  const char* what;
+};
+// tiny (the default), kimi-linear-48b, kimi-linear-48b-tp2.
+const std::vector<Preset>& presets();
+
+// A preset and the options that override its shape; io and state dtypes.
+struct ModelOptions {
+  std::string preset = "tiny";
+  int32_t layers = 0, heads = 0, value_heads = 0, head_dim = 0;  // 0: the preset's
+  DType io = DType::f32;
+  DType state = DType::f32;
+
+  // The preset with the overrides applied; UsageError when HV is not a multiple of H.
+  ModelShape shape() const;
+};
+// --preset --layers --heads --value-heads --head-dim --dtype --state-dtype
+void add_model_options(OptionTable& table, ModelOptions& m);
+
+enum class BackendChoice { automatic, cpu, cuda };
+// --backend auto|cpu|cuda
+void add_backend_option(OptionTable& table, BackendChoice& choice);
+// auto: CUDA when a device is visible, else the CPU (said in one line on stderr). cuda without a
+// device is a UsageError.
+Backend resolve_backend(BackendChoice choice);
+
+extern const std::vector<std::string> kModeNames;  // indexed by Mode
+extern const std::vector<std::string> kExecNames;  // indexed by Exec
+extern const std::vector<std::string> kDTypeNames;  // indexed by DType
+
+// One engine of the command line: Kimi Linear's preprocessing (L2 norm on q and k, softplus gate in
+// the kernel, beta as a logit), S = T scratch steps, max_rows = batch.
+struct EngineSetup {
+  Backend backend = Backend::cpu;
+  ModelShape model;
+  DType io = DType::f32, state = DType::f32;
+  int32_t tokens = 4;
+  int32_t batch = 1;
+  int32_t slots = 0;                 // P; 0: 2 * batch
+  std::vector<int32_t> buckets;      // empty: default_buckets(batch)
+  Mode mode = Mode::fused_accept;
+  Exec exec = Exec::graph;
+  bool sampler_in_graph = true;
+  double accept_rate = 0.7;
+  double retire_rate = 0.0;
+  bool vary_batch = false;
+  uint64_t seed = 1;
+  bool keep_outputs = false;
+};
+HostEngineConfig engine_config(const EngineSetup& e);
+
+// "L=2 H=2 HV=4 K=32 V=32"
+std::string describe(const ModelShape& m);
+
+}  // namespace kdagraph::cli
