@@ -15,10 +15,10 @@ float load(const void* base, int64_t i) {
   return math::to_f32(static_cast<const T*>(base)[i]);
 }
 
-// Working buffers of one thread, sized once per call.
+// Working buffers of one thread: the per-token key-side vectors of one (row, head), and one state row.
 struct UnitScratch {
-  std::vector<float> state, q, k, a, v, o;
-  UnitScratch(int32_t K, int32_t V) : state(size_t(K) * V), q(K), k(K), a(K), v(V), o(V) {}
+  std::vector<float> q, k, a, beta, row;
+  UnitScratch(int32_t K, int32_t T) : q(size_t(K) * T), k(size_t(K) * T), a(size_t(K) * T), beta(size_t(T)), row(size_t(K)) {}
 };
 
 template <class IoT>
@@ -34,6 +34,10 @@ void load_and_normalize(const VerifyParams& p, const void* src, int64_t offset, 
     for (int32_t i = 0; i < p.head_k; ++i) dst[i] *= mult;
 }
 
+// One (row, value head). Value rows j of the state never mix (p[j], u[j] and o[j] read only row j), so
+// each state row runs through all T tokens while it sits in L1, and the state moves once in and T
+// times out, as on the GPU. Each row is read before any post-state row is written: the seed may be a
+// scratch row this verify overwrites (SPEC §3).
 template <class IoT, class StateT>
 void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
   const int32_t K = p.head_k, V = p.head_v, T = p.tokens;
@@ -53,36 +57,38 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
   const StateT* seed = seed_pool >= 0
       ? static_cast<const StateT*>(p.pool_layer) + seed_pool * row_elems + h * head_elems
       : static_cast<const StateT*>(p.scratch_layer) + seed_scratch * row_elems + h * head_elems;
-  // The whole seed is read before any post-state is written: the seed row may be one this verify
-  // overwrites (SPEC §3).
-  for (int64_t e = 0; e < head_elems; ++e) w.state[e] = math::to_f32(seed[e]);
 
   const float q_scale = math::query_scale(p.options, K);
+  const float a_log = p.A_log ? p.A_log[h] : 0.0f;
   for (int32_t t = 0; t < T; ++t) {
     const int64_t tok = int64_t(n) * T + t;
     const int64_t qk_off = (tok * p.heads + hq) * K;
-    load_and_normalize<IoT>(p, p.q, qk_off, q_scale, w.q.data());
-    load_and_normalize<IoT>(p, p.k, qk_off, 1.0f, w.k.data());
+    load_and_normalize<IoT>(p, p.q, qk_off, q_scale, w.q.data() + int64_t(t) * K);
+    load_and_normalize<IoT>(p, p.k, qk_off, 1.0f, w.k.data() + int64_t(t) * K);
     const int64_t g_off = (tok * p.value_heads + h) * K;
     for (int32_t i = 0; i < K; ++i) {
-      const float a_log = p.A_log ? p.A_log[h] : 0.0f;
       const float dt = p.dt_bias ? p.dt_bias[int64_t(h) * K + i] : 0.0f;
-      w.a[i] = math::decay_factor(math::log_decay(p.options, load<IoT>(p.g, g_off + i), a_log, dt));
+      w.a[int64_t(t) * K + i] = math::decay_factor(math::log_decay(p.options, load<IoT>(p.g, g_off + i), a_log, dt));
     }
-    const float beta = math::beta_value(p.options, load<IoT>(p.beta, tok * p.value_heads + h));
-    const int64_t v_off = (tok * p.value_heads + h) * V;
-    const float* kk = w.k.data();
-    const float* qq = w.q.data();
-    const float* aa = w.a.data();
-    for (int32_t j = 0; j < V; ++j) {
-      float* s = w.state.data() + int64_t(j) * K;
+    w.beta[size_t(t)] = math::beta_value(p.options, load<IoT>(p.beta, tok * p.value_heads + h));
+  }
+
+  float* s = w.row.data();
+  for (int32_t j = 0; j < V; ++j) {
+    for (int32_t i = 0; i < K; ++i) s[i] = math::to_f32(seed[int64_t(j) * K + i]);
+    for (int32_t t = 0; t < T; ++t) {
+      const int64_t tok = int64_t(n) * T + t;
+      const float* kk = w.k.data() + int64_t(t) * K;
+      const float* qq = w.q.data() + int64_t(t) * K;
+      const float* aa = w.a.data() + int64_t(t) * K;
       float proj = 0.0f;
 #pragma omp simd reduction(+ : proj)
       for (int32_t i = 0; i < K; ++i) {
         s[i] = math::decayed(s[i], aa[i]);
         proj = math::accumulate(proj, s[i], kk[i]);
       }
-      const float u = math::delta(beta, load<IoT>(p.v, v_off + j), proj);
+      const int64_t v_off = (tok * p.value_heads + h) * V;
+      const float u = math::delta(w.beta[size_t(t)], load<IoT>(p.v, v_off + j), proj);
       float out = 0.0f;
 #pragma omp simd reduction(+ : out)
       for (int32_t i = 0; i < K; ++i) {
@@ -90,10 +96,9 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
         out = math::accumulate(out, s[i], qq[i]);
       }
       o[v_off + j] = math::from_f32<IoT>(out);
+      StateT* post = static_cast<StateT*>(p.scratch_layer) + p.write_row[tok] * row_elems + h * head_elems;
+      for (int32_t i = 0; i < K; ++i) post[int64_t(j) * K + i] = math::from_f32<StateT>(s[i]);
     }
-    const int32_t row = p.write_row[tok];
-    StateT* post = static_cast<StateT*>(p.scratch_layer) + row * row_elems + h * head_elems;
-    for (int64_t e = 0; e < head_elems; ++e) post[e] = math::from_f32<StateT>(w.state[e]);
   }
 }
 
@@ -102,7 +107,7 @@ void verify_all(const VerifyParams& p) {
   const int64_t units = int64_t(p.rows) * p.value_heads;
 #pragma omp parallel
   {
-    UnitScratch w(p.head_k, p.head_v);
+    UnitScratch w(p.head_k, p.tokens);
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < units; ++u)
       verify_unit<IoT, StateT>(p, int32_t(u / p.value_heads), int32_t(u % p.value_heads), w);
