@@ -68,6 +68,11 @@ KDA_HD bf16 from_f32<bf16>(float x) {
   return f32_to_bf16(x);
 }
 
+// Element i of a buffer holding dtype t, as fp32.
+KDA_HD float load_as_f32(const void* base, DType t, int64_t i) {
+  return t == DType::f32 ? static_cast<const float*>(base)[i] : to_f32(static_cast<const bf16*>(base)[i]);
+}
+
 // ---- the multiply-add of the update, fused on the device, unfused on the host ----------------------
 
 KDA_HD float fmadd(float a, float b, float c) {

@@ -23,14 +23,7 @@ HostEngineConfig reference_config(HostEngineConfig c) {
 }
 
 float element(const std::vector<uint8_t>& bytes, DType t, size_t i) {
-  if (t == DType::f32) {
-    float f;
-    std::memcpy(&f, bytes.data() + 4 * i, 4);
-    return f;
-  }
-  math::bf16 b;
-  std::memcpy(&b, bytes.data() + 2 * i, 2);
-  return math::to_f32(b);
+  return math::load_as_f32(bytes.data(), t, int64_t(i));
 }
 
 double rel_error(const std::vector<uint8_t>& got, const std::vector<uint8_t>& ref, DType t) {

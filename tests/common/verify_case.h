@@ -56,16 +56,7 @@ struct Tensor {
       }
     }
   }
-  float at(size_t i) const {
-    if (dtype == DType::f32) {
-      float f;
-      std::memcpy(&f, bytes.data() + 4 * i, 4);
-      return f;
-    }
-    math::bf16 b;
-    std::memcpy(&b, bytes.data() + 2 * i, 2);
-    return math::to_f32(b);
-  }
+  float at(size_t i) const { return math::load_as_f32(bytes.data(), dtype, int64_t(i)); }
   size_t size() const { return values.size(); }
   void poison() {
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = 0xff;  // NaN in f32 and bf16
