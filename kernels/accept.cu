@@ -1,1 +1,24 @@
-// placeholder until the CUDA kernels land
+// SPEC §3 accept on the device: one thread per batch row runs accept_row, the CPU's own function.
+#include "kernels/accept.h"
+
+namespace kdagraph {
+namespace {
+
+constexpr int kAcceptThreads = 128;
+
+__global__ void __launch_bounds__(kAcceptThreads) accept_kernel(const AcceptParams p) {
+  const int32_t n = int32_t(blockIdx.x) * kAcceptThreads + int32_t(threadIdx.x);
+  if (n < p.rows) accept_row(p, n);
+}
+
+}  // namespace
+
+cudaError_t launch_accept(const AcceptParams& p, cudaStream_t stream) {
+  if (p.rows < 0 || p.tokens < 1) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  const unsigned blocks = unsigned((p.rows + kAcceptThreads - 1) / kAcceptThreads);
+  accept_kernel<<<blocks, kAcceptThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace kdagraph

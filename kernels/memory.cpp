@@ -9,6 +9,7 @@
 #include "kernels/cuda_check.h"
 
 namespace kdagraph::detail {
+#if !defined(KDAGRAPH_WITH_CUDA)
 namespace {
 
 [[noreturn]] void no_cuda(const char* what) {
@@ -16,6 +17,7 @@ namespace {
 }
 
 }  // namespace
+#endif
 
 Buffer::Buffer(Backend backend, size_t bytes) : backend_(backend), bytes_(bytes) {
   if (bytes == 0) return;

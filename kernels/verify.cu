@@ -1,1 +1,335 @@
-// placeholder until the CUDA kernels land
+// SPEC §1, §3: the T-token verify on the device.
+//
+// One block is one unit of work: (row n, value head h, tile of kTileV consecutive V rows). Its threads
+// hold that tile of the state in registers for all T tokens: a lane group of K/4 lanes shares one V
+// row, each lane keeping a 4-element slice of K (16 bytes of fp32), and each group keeps kRows rows.
+// Sums over K are the lane's own 4 products, then __shfl_xor_sync across its group; everything else
+// is the element arithmetic of kernels/kda_math.h, the same functions the CPU runs [TAG_UPDATE_ORDER].
+//
+// Memory: the seed tile is read once and every post-state written once (the 1 + T transfers of
+// SPEC §7). The small per-token inputs are copied into shared memory kChunkTokens tokens at a time with
+// cp.async, issued together with the seed loads, so a chunk costs one memory round trip and no
+// registers; then the block preprocesses them once (L2 norm and scale of q and k, the gate, beta)
+// rather than once per lane group.
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/kda_math.h"
+#include "kernels/verify.h"
+
+namespace kdagraph {
+namespace {
+
+using math::bf16;
+
+constexpr int kWarpSize = 32;
+constexpr int kSlice = 4;        // state elements of one V row per lane
+constexpr int kChunkTokens = 8;  // tokens staged in shared memory at a time
+constexpr int kVecBytes = 16;    // one cp.async
+
+// Tile shape for head dim K (= V) with kRows V rows per lane group. Four warps per block; at K = 128 a
+// tile is 16 rows, so batch 1 with HV = 16 still launches 128 blocks.
+template <int K, int kRows>
+struct VerifyTile {
+  static constexpr int kGroupLanes = K / kSlice;  // 32 at K = 128, 16 at K = 64
+  static constexpr int kGroupsPerWarp = kWarpSize / kGroupLanes;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kTileV = kWarps * kGroupsPerWarp * kRows;
+  static constexpr int kTilesPerHead = K / kTileV;
+  static_assert(kGroupLanes <= kWarpSize && kWarpSize % kGroupLanes == 0, "a lane group lies in one warp");
+  static_assert(K % kTileV == 0, "tiles cover a head exactly");
+  static_assert(K <= kThreads, "one thread per key channel when staging dt_bias");
+};
+
+// Rows per lane group for each supported head dim: 16-row tiles at both.
+template <int K>
+struct VerifyConfig;
+template <>
+struct VerifyConfig<128> {
+  static constexpr int kRows = 4;
+};
+template <>
+struct VerifyConfig<64> {
+  static constexpr int kRows = 2;
+};
+
+// Up to kChunkTokens tokens of inputs. The *_in arrays are the io-dtype bytes as copied; q, k and a are
+// what the update reads: q and k times their qk_multiplier, a the per-channel decay factor.
+template <int K, int kTileV, class IoT>
+struct alignas(kVecBytes) StagedTokens {
+  IoT q_in[kChunkTokens][K];
+  IoT k_in[kChunkTokens][K];
+  IoT g_in[kChunkTokens][K];
+  IoT v[kChunkTokens][kTileV];  // the tile's rows, converted where read
+  float q[kChunkTokens][K];
+  float k[kChunkTokens][K];
+  float a[kChunkTokens][K];
+  float dt_bias[K];
+  float a_log;
+  float beta[kChunkTokens];
+  int32_t write_row[kChunkTokens];
+  static_assert(K * sizeof(IoT) % kVecBytes == 0 && kTileV * sizeof(IoT) % kVecBytes == 0,
+                "rows copy in whole 16-byte vectors");
+};
+
+// A lane's slice of one state row: 16 bytes in fp32, 8 in bf16. The .cg intrinsics keep the vector
+// width (a plain dereference may be split into scalar stores) and go through L2 only: the seed may be
+// a row this same launch writes (SPEC §3), so neither the read-only path nor L1 may serve it.
+__device__ __forceinline__ void load_slice(const float* src, float (&x)[kSlice]) {
+  const float4 w = __ldcg(reinterpret_cast<const float4*>(src));
+  x[0] = w.x;
+  x[1] = w.y;
+  x[2] = w.z;
+  x[3] = w.w;
+}
+
+__device__ __forceinline__ void load_slice(const bf16* src, float (&x)[kSlice]) {
+  const uint2 w = __ldcg(reinterpret_cast<const uint2*>(src));
+  x[0] = math::to_f32(bf16{uint16_t(w.x & 0xffffu)});
+  x[1] = math::to_f32(bf16{uint16_t(w.x >> 16)});
+  x[2] = math::to_f32(bf16{uint16_t(w.y & 0xffffu)});
+  x[3] = math::to_f32(bf16{uint16_t(w.y >> 16)});
+}
+
+__device__ __forceinline__ void store_slice(float* dst, const float (&x)[kSlice]) {
+  __stcg(reinterpret_cast<float4*>(dst), make_float4(x[0], x[1], x[2], x[3]));
+}
+
+__device__ __forceinline__ void store_slice(bf16* dst, const float (&x)[kSlice]) {
+  const auto bits = [](float f) { return uint32_t(math::f32_to_bf16(f).bits); };
+  __stcg(reinterpret_cast<uint2*>(dst),
+         make_uint2(bits(x[0]) | bits(x[1]) << 16, bits(x[2]) | bits(x[3]) << 16));
+}
+
+// Sum over the kLanes lanes of an aligned lane group. The butterfly gives every lane the same bits
+// (each pairwise sum is commutative), so all lanes go on with one value.
+template <int kLanes>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Starts the copies of tokens [t0, t0 + count) of (n, h) into shared memory: q, k and g rows and the
+// tile's v as 16-byte cp.async, the gate parameters once (t0 = 0), beta and write_row with plain loads.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void copy_tokens(const VerifyParams& p, int32_t n, int32_t h, int32_t v0,
+                                            int32_t t0, int32_t count, StagedTokens<K, kTileV, IoT>& st) {
+  constexpr int V = K;
+  constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
+  constexpr int kRowVecs = K / kElemsPerVec;        // 16-byte vectors in one q, k or g row
+  constexpr int kTileVecs = kTileV / kElemsPerVec;  // ... in the tile's part of one v row
+  const int32_t HV = p.value_heads;
+  const int32_t hq = h / (HV / p.heads);  // grouped heads: value head h reads q/k head h / G
+  // Token t0 of (n, h); further tokens are a 32-bit stride apart.
+  const int64_t tok0 = int64_t(n) * p.tokens + t0;
+  const IoT* q = static_cast<const IoT*>(p.q) + (tok0 * p.heads + hq) * K;
+  const IoT* k = static_cast<const IoT*>(p.k) + (tok0 * p.heads + hq) * K;
+  const IoT* g = static_cast<const IoT*>(p.g) + (tok0 * HV + h) * K;
+  const int tid = int(threadIdx.x);
+
+  for (int c = tid; c < count * kRowVecs; c += kThreads) {
+    const int tt = c / kRowVecs, e = c % kRowVecs * kElemsPerVec;
+    __pipeline_memcpy_async(&st.q_in[tt][e], q + tt * p.heads * K + e, kVecBytes);
+    __pipeline_memcpy_async(&st.k_in[tt][e], k + tt * p.heads * K + e, kVecBytes);
+    __pipeline_memcpy_async(&st.g_in[tt][e], g + tt * HV * K + e, kVecBytes);
+  }
+  const IoT* v = static_cast<const IoT*>(p.v) + (tok0 * HV + h) * V + v0;
+  for (int c = tid; c < count * kTileVecs; c += kThreads) {
+    const int tt = c / kTileVecs, e = c % kTileVecs * kElemsPerVec;
+    __pipeline_memcpy_async(&st.v[tt][e], v + tt * HV * V + e, kVecBytes);
+  }
+  if (t0 == 0 && p.dt_bias != nullptr && tid < K)
+    __pipeline_memcpy_async(&st.dt_bias[tid], p.dt_bias + int64_t(h) * K + tid, sizeof(float));
+  if (t0 == 0 && p.A_log != nullptr && tid == 0)
+    __pipeline_memcpy_async(&st.a_log, p.A_log + h, sizeof(float));
+  __pipeline_commit();
+  if (tid < count) {
+    st.beta[tid] =
+        math::beta_value(p.options, math::to_f32(static_cast<const IoT*>(p.beta)[(tok0 + tid) * HV + h]));
+    st.write_row[tid] = p.write_row[tok0 + tid];
+  }
+}
+
+// Once the copies have landed: q and k times their qk_multiplier (one warp per vector, the L2 norm's
+// sum of squares a warp-wide reduction), and the decay factor of every key channel.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, int32_t count,
+                                                  StagedTokens<K, kTileV, IoT>& st) {
+  constexpr int kPerLane = K / kWarpSize;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  const float q_scale = math::query_scale(p.options, K);
+  for (int task = warp; task < 2 * count; task += kThreads / kWarpSize) {
+    const int tt = task / 2;
+    const bool is_q = task % 2 == 0;
+    const IoT* src = (is_q ? st.q_in[tt] : st.k_in[tt]) + lane * kPerLane;
+    float x[kPerLane];
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      x[e] = math::to_f32(src[e]);
+      sum_sq = math::accumulate(sum_sq, x[e], x[e]);
+    }
+    if (p.options.l2norm_qk) sum_sq = group_sum<kWarpSize>(sum_sq);
+    const float mult = math::qk_multiplier(p.options.l2norm_qk, sum_sq, is_q ? q_scale : 1.0f);
+    float* dst = (is_q ? st.q[tt] : st.k[tt]) + lane * kPerLane;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) dst[e] = x[e] * mult;
+  }
+  const float a_log = p.A_log != nullptr ? st.a_log : 0.0f;
+  const bool has_dt_bias = p.dt_bias != nullptr;
+  for (int e = int(threadIdx.x); e < count * K; e += kThreads) {
+    const int tt = e / K, i = e % K;
+    const float log_decay =
+        math::log_decay(p.options, math::to_f32(st.g_in[tt][i]), a_log, has_dt_bias ? st.dt_bias[i] : 0.0f);
+    st.a[tt][i] = math::decay_factor(log_decay);
+  }
+}
+
+template <int K, int kRows, class IoT, class StateT>
+__global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(const VerifyParams p) {
+  using Tile = VerifyTile<K, kRows>;
+  constexpr int V = K;
+  __shared__ StagedTokens<K, Tile::kTileV, IoT> st;
+
+  const int32_t tile = int32_t(blockIdx.x) % Tile::kTilesPerHead;
+  const int32_t unit = int32_t(blockIdx.x) / Tile::kTilesPerHead;
+  const int32_t h = unit % p.value_heads, n = unit / p.value_heads;
+  const int32_t T = p.tokens, HV = p.value_heads;
+  const int32_t v0 = tile * Tile::kTileV;
+  // Outputs of the tile at token 0; tokens are HV * V elements apart.
+  IoT* o_tile = static_cast<IoT*>(p.o) + (int64_t(n) * T * HV + h) * V + v0;
+  const int32_t o_stride = HV * V;
+
+  const int32_t seed_pool = p.seed_pool[n], seed_scratch = p.seed_scratch[n];
+  if (seed_pool < 0 && seed_scratch < 0) {  // padded row: zeros out, nothing read, no state written
+    for (int e = int(threadIdx.x); e < T * Tile::kTileV; e += Tile::kThreads)
+      o_tile[e / Tile::kTileV * o_stride + e % Tile::kTileV] = math::from_f32<IoT>(0.0f);
+    return;
+  }
+
+  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
+  const int group_lane = lane % Tile::kGroupLanes;
+  const int tile_row0 = (warp * Tile::kGroupsPerWarp + lane / Tile::kGroupLanes) * kRows;  // in the tile
+  const int i0 = group_lane * kSlice;  // first key channel of this lane's slice
+  const int64_t head_elems = int64_t(V) * K, row_elems = HV * head_elems;
+  const int64_t slice_offset = h * head_elems + int64_t(v0 + tile_row0) * K + i0;
+
+  // The whole seed tile is in registers before any post-state is written: the seed may be a scratch
+  // row this verify overwrites (SPEC §3). Each element is read and later written by the same thread
+  // only, and no other block touches this tile.
+  const StateT* seed = seed_pool >= 0
+                           ? static_cast<const StateT*>(p.pool_layer) + seed_pool * row_elems
+                           : static_cast<const StateT*>(p.scratch_layer) + seed_scratch * row_elems;
+  float s[kRows][kSlice];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) load_slice(seed + slice_offset + int64_t(r) * K, s[r]);
+
+  StateT* post_tile = static_cast<StateT*>(p.scratch_layer) + slice_offset;  // at scratch row 0
+  for (int32_t t0 = 0; t0 < T; t0 += kChunkTokens) {
+    const int32_t count = T - t0 < kChunkTokens ? T - t0 : kChunkTokens;
+    if (t0 > 0) __syncthreads();  // the previous chunk is consumed before it is overwritten
+    copy_tokens<K, Tile::kTileV, Tile::kThreads, IoT>(p, n, h, v0, t0, count, st);
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    preprocess_tokens<K, Tile::kTileV, Tile::kThreads, IoT>(p, count, st);
+    __syncthreads();
+
+    for (int tt = 0; tt < count; ++tt) {
+      const float4 q4 = *reinterpret_cast<const float4*>(&st.q[tt][i0]);
+      const float4 k4 = *reinterpret_cast<const float4*>(&st.k[tt][i0]);
+      const float4 a4 = *reinterpret_cast<const float4*>(&st.a[tt][i0]);
+      const float q[kSlice] = {q4.x, q4.y, q4.z, q4.w};
+      const float k[kSlice] = {k4.x, k4.y, k4.z, k4.w};
+      const float a[kSlice] = {a4.x, a4.y, a4.z, a4.w};
+      const float beta = st.beta[tt];
+      const int32_t write_row = st.write_row[tt];
+      IoT* out_rows = o_tile + (t0 + tt) * o_stride + tile_row0;
+
+      // [TAG_UPDATE_ORDER] S' = a*S; p = sum S'k; u = beta (v - p); S = S' + k u; o = sum S q.
+      float proj[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        proj[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kSlice; ++c) {
+          s[r][c] = math::decayed(s[r][c], a[c]);
+          proj[r] = math::accumulate(proj[r], s[r][c], k[c]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) proj[r] = group_sum<Tile::kGroupLanes>(proj[r]);
+      float out[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float u = math::delta(beta, math::to_f32(st.v[tt][tile_row0 + r]), proj[r]);
+        out[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kSlice; ++c) {
+          s[r][c] = math::rank1_update(s[r][c], k[c], u);
+          out[r] = math::accumulate(out[r], s[r][c], q[c]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) out[r] = group_sum<Tile::kGroupLanes>(out[r]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)  // lane r of the group writes row r's output, one store per lane
+        if (group_lane == r) out_rows[r] = math::from_f32<IoT>(out[r]);
+      if (write_row >= 0) {
+        StateT* post = post_tile + write_row * row_elems;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) store_slice(post + int64_t(r) * K, s[r]);
+      }
+    }
+  }
+}
+
+template <int K, class IoT, class StateT>
+cudaError_t launch_tiles(const VerifyParams& p, cudaStream_t stream) {
+  using Tile = VerifyTile<K, VerifyConfig<K>::kRows>;
+  const int64_t blocks = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
+  if (blocks > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+  verify_kernel<K, VerifyConfig<K>::kRows, IoT, StateT><<<unsigned(blocks), Tile::kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// The one place run-time sizes and dtypes become template parameters.
+template <int K>
+cudaError_t dispatch_dtypes(const VerifyParams& p, cudaStream_t stream) {
+  const bool io_f32 = p.io_dtype == DType::f32, state_f32 = p.state_dtype == DType::f32;
+  if (io_f32 && state_f32) return launch_tiles<K, float, float>(p, stream);
+  if (io_f32) return launch_tiles<K, float, bf16>(p, stream);
+  if (state_f32) return launch_tiles<K, bf16, float>(p, stream);
+  return launch_tiles<K, bf16, bf16>(p, stream);
+}
+
+bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+}  // namespace
+
+bool verify_cuda_supports(int32_t head_k, int32_t head_v) {
+  return head_k == head_v && (head_k == 64 || head_k == 128);
+}
+
+cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
+  if (!verify_cuda_supports(p.head_k, p.head_v)) return cudaErrorInvalidValue;
+  if (p.rows < 0 || p.tokens < 1 || p.heads < 1 || p.value_heads < 1 || p.value_heads % p.heads != 0)
+    return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  const void* scratch = p.scratch_layer;
+  for (const void* ptr : {p.q, p.k, p.v, p.g, p.beta, static_cast<const void*>(p.o), p.pool_layer, scratch,
+                          static_cast<const void*>(p.seed_pool), static_cast<const void*>(p.seed_scratch),
+                          static_cast<const void*>(p.write_row)})
+    if (ptr == nullptr) return cudaErrorInvalidValue;
+  // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words, the
+  // gate parameters as 4-byte cp.async.
+  for (const void* ptr : {p.q, p.k, p.v, p.g, p.pool_layer, scratch})
+    if (!aligned(ptr, 16)) return cudaErrorInvalidValue;
+  if (!aligned(p.A_log, 4) || !aligned(p.dt_bias, 4)) return cudaErrorInvalidValue;
+  return p.head_k == 128 ? dispatch_dtypes<128>(p, stream) : dispatch_dtypes<64>(p, stream);
+}
+
+}  // namespace kdagraph
