@@ -2,7 +2,9 @@
 // library's kernels/kda_math.h, so the library's CPU and CUDA paths can both be checked against it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <vector>
 
@@ -77,6 +79,16 @@ inline std::vector<std::vector<double>> ref_verify_head(const RefOptions& o, int
     if (posts) posts->push_back(state);
   }
   return out;
+}
+
+// Index of the first element where `a` and `b` differ, -1 when they are equal: bitwise comparisons of
+// large buffers report where they differ instead of printing both buffers.
+template <class T>
+int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return int64_t(i);
+  return a.size() == b.size() ? -1 : int64_t(n);
 }
 
 // ||a - b|| / ||b|| over two equally long sequences.

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <gtest/gtest.h>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -193,5 +195,64 @@ struct VerifyCase {
     return r;
   }
 };
+
+// Runs the case with `run` (a backend's verify, which leaves outputs, scratch and pool back in the case)
+// and checks every output and post-state against fp64, that padded rows output zeros, and that nothing
+// outside the real rows' write rows changed.
+template <class Run>
+void expect_verify_matches_reference(VerifyCase& c, double tol, Run run) {
+  std::vector<std::vector<VerifyCase::HeadRef>> refs(size_t(c.sh.rows));
+  for (int n = 0; n < c.sh.rows; ++n)
+    for (int h = 0; h < c.sh.value_heads; ++h)
+      refs[size_t(n)].push_back(c.row_slot[n] < 0 ? VerifyCase::HeadRef{} : c.reference(n, h));
+  const std::vector<uint8_t> scratch_before = c.scratch.bytes, pool_before = c.pool.bytes;
+  run(c);
+  if (::testing::Test::HasFatalFailure()) return;
+  c.o.sync_values();
+  c.scratch.sync_values();
+
+  const int T = c.sh.tokens, HV = c.sh.value_heads, V = c.sh.head_v;
+  std::set<int32_t> written;
+  std::vector<double> got, want;
+  for (int n = 0; n < c.sh.rows; ++n) {
+    if (c.row_slot[n] < 0) {
+      for (int t = 0; t < T; ++t)
+        for (int e = 0; e < HV * V; ++e) {
+          const size_t at = (size_t(n) * T + t) * HV * V + e;
+          ASSERT_EQ(c.o.values[at], 0.0f) << "padded row n=" << n << " t=" << t << " element " << e;
+          ASSERT_FALSE(std::signbit(c.o.values[at])) << "padded row n=" << n << ": -0, not zero bytes";
+        }
+      continue;
+    }
+    for (int t = 0; t < T; ++t) written.insert(c.write_row[size_t(n) * T + t]);
+    for (int h = 0; h < HV; ++h) {
+      for (int t = 0; t < T; ++t) {
+        for (int j = 0; j < V; ++j) {
+          const float x = c.o.values[((size_t(n) * T + t) * HV + h) * V + j];
+          ASSERT_FALSE(std::isnan(x))
+              << "output not written: n=" << n << " t=" << t << " h=" << h << " j=" << j;
+          got.push_back(x);
+          want.push_back(refs[size_t(n)][size_t(h)].out[size_t(t)][size_t(j)]);
+        }
+        const int64_t off = c.geo.scratch_offset(0, c.write_row[size_t(n) * T + t], h);
+        const auto& post = refs[size_t(n)][size_t(h)].posts[size_t(t)];
+        std::vector<double> state(c.scratch.values.begin() + off,
+                                  c.scratch.values.begin() + off + post.size());
+        EXPECT_LE(rel_error(state, post), tol) << "post-state n=" << n << " h=" << h << " t=" << t;
+      }
+    }
+  }
+  EXPECT_LE(rel_error(got, want), tol) << "outputs";
+
+  EXPECT_EQ(first_difference(c.pool.bytes, pool_before), -1) << "the verify wrote this pool byte";
+  const size_t row_bytes = size_t(c.geo.slot_elems()) * dtype_size(c.sh.state);
+  for (int64_t row = 0; row < c.geo.scratch_rows(); ++row) {
+    if (written.count(int32_t(row))) continue;
+    const auto begin = ptrdiff_t(size_t(row) * row_bytes), end = ptrdiff_t(size_t(row + 1) * row_bytes);
+    EXPECT_TRUE(std::equal(c.scratch.bytes.begin() + begin, c.scratch.bytes.begin() + end,
+                           scratch_before.begin() + begin))
+        << "scratch row " << row << " is no real row's write row, yet it changed";
+  }
+}
 
 }  // namespace kdagraph::test

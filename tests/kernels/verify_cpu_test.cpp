@@ -12,39 +12,9 @@
 namespace kdagraph::test {
 namespace {
 
-// Runs the case on the CPU and checks every output and post-state against fp64.
+// Runs the case on the CPU against the fp64 reference (tests/common/verify_case.h).
 void expect_matches_reference(VerifyCase& c, double tol) {
-  std::vector<std::vector<VerifyCase::HeadRef>> refs(size_t(c.sh.rows));
-  for (int n = 0; n < c.sh.rows; ++n)
-    for (int h = 0; h < c.sh.value_heads; ++h)
-      refs[size_t(n)].push_back(c.seed_pool[n] < 0 && c.seed_scratch[n] < 0 ? VerifyCase::HeadRef{}
-                                                                            : c.reference(n, h));
-  verify_cpu(c.params());
-  c.o.sync_values();
-  c.scratch.sync_values();
-  const int T = c.sh.tokens, HV = c.sh.value_heads, V = c.sh.head_v;
-  std::vector<double> got, want;
-  for (int n = 0; n < c.sh.rows; ++n) {
-    if (c.row_slot[n] < 0) {  // padded: zeros
-      for (int t = 0; t < T; ++t)
-        for (int e = 0; e < HV * V; ++e) ASSERT_EQ(c.o.values[(size_t(n) * T + t) * HV * V + e], 0.0f);
-      continue;
-    }
-    for (int h = 0; h < HV; ++h) {
-      for (int t = 0; t < T; ++t) {
-        for (int j = 0; j < V; ++j) {
-          got.push_back(c.o.values[((size_t(n) * T + t) * HV + h) * V + j]);
-          want.push_back(refs[size_t(n)][size_t(h)].out[size_t(t)][size_t(j)]);
-        }
-        const int64_t off = c.geo.scratch_offset(0, c.write_row[size_t(n) * T + t], h);
-        const auto& post = refs[size_t(n)][size_t(h)].posts[size_t(t)];
-        std::vector<double> state(c.scratch.values.begin() + off,
-                                  c.scratch.values.begin() + off + post.size());
-        EXPECT_LE(rel_error(state, post), tol) << "post-state n=" << n << " h=" << h << " t=" << t;
-      }
-    }
-  }
-  EXPECT_LE(rel_error(got, want), tol) << "outputs";
+  expect_verify_matches_reference(c, tol, [](VerifyCase& cc) { verify_cpu(cc.params()); });
 }
 
 using SweepParam = std::tuple<int /*K*/, int /*T*/, int /*G*/>;
