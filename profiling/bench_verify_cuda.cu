@@ -1,0 +1,314 @@
+// Bandwidth of the CUDA verify (SPEC §7) against the device's own copy bandwidth, measured in the same
+// run. Kimi-Linear shapes: K = V = 128, HV = 16 (TP 2) and 32, T = 2, 4, 8, batch 1 to 128, fp32 state,
+// bf16 inputs, fused-accept indices with half the rows seeding from scratch, gate in kernel.
+//
+// A plain program (CUDA events, medians), not Google Benchmark, so it builds wherever nvcc does.
+//   bench_verify_cuda [--csv FILE] [--runs N]
+// Cold samples flush L2 (a write larger than it) before each launch; warm samples do not.
+// Aim (the kernels issue): batch >= 32 moves >= 80% of copy bandwidth; at batch 1 one layer's verify
+// takes <= 2 * (bytes / copy bandwidth) + 3 us. Both judged on the cold median.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/indices.h"
+#include "kernels/verify.h"
+
+namespace kdagraph {
+namespace {
+
+// Device memory of the benchmark. Owns a cudaMalloc allocation that must be freed exactly once.
+class DeviceMemory {
+ public:
+  explicit DeviceMemory(size_t bytes) : bytes_(bytes) {
+    KDA_CUDA_CHECK(cudaMalloc(&data_, bytes));
+    KDA_CUDA_CHECK(cudaMemset(data_, 0, bytes));
+  }
+  ~DeviceMemory() { KDA_CUDA_CHECK_NOTHROW(cudaFree(data_)); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  template <class T = void>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Start/stop event pairs for `count` samples. Owns CUDA events that must be destroyed exactly once.
+class EventPairs {
+ public:
+  explicit EventPairs(int count) : start_(size_t(count)), stop_(size_t(count)) {
+    for (int i = 0; i < count; ++i) {
+      KDA_CUDA_CHECK(cudaEventCreate(&start_[size_t(i)]));
+      KDA_CUDA_CHECK(cudaEventCreate(&stop_[size_t(i)]));
+    }
+  }
+  ~EventPairs() {
+    for (size_t i = 0; i < start_.size(); ++i) {
+      KDA_CUDA_CHECK_NOTHROW(cudaEventDestroy(start_[i]));
+      KDA_CUDA_CHECK_NOTHROW(cudaEventDestroy(stop_[i]));
+    }
+  }
+  EventPairs(const EventPairs&) = delete;
+  EventPairs& operator=(const EventPairs&) = delete;
+
+  cudaEvent_t start(int i) const { return start_[size_t(i)]; }
+  cudaEvent_t stop(int i) const { return stop_[size_t(i)]; }
+  // Median over the samples, in microseconds; call after the stream has finished.
+  double median_us() const {
+    std::vector<double> us(start_.size());
+    for (size_t i = 0; i < us.size(); ++i) {
+      float ms = 0.0f;
+      KDA_CUDA_CHECK(cudaEventElapsedTime(&ms, start_[i], stop_[i]));
+      us[i] = 1e3 * double(ms);
+    }
+    std::nth_element(us.begin(), us.begin() + ptrdiff_t(us.size() / 2), us.end());
+    return us[us.size() / 2];
+  }
+
+ private:
+  std::vector<cudaEvent_t> start_, stop_;
+};
+
+// Owns a CUDA stream that must be destroyed exactly once.
+class BenchStream {
+ public:
+  BenchStream() { KDA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~BenchStream() { KDA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_)); }
+  BenchStream(const BenchStream&) = delete;
+  BenchStream& operator=(const BenchStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// Device-to-device cudaMemcpy bandwidth, counting bytes read plus bytes written.
+double copy_bandwidth_gbps(cudaStream_t stream, int runs) {
+  const size_t bytes = size_t(1) << 30;
+  DeviceMemory src(bytes), dst(bytes);
+  EventPairs events(runs);
+  KDA_CUDA_CHECK(cudaMemcpyAsync(dst.as(), src.as(), bytes, cudaMemcpyDeviceToDevice, stream));
+  for (int i = 0; i < runs; ++i) {
+    KDA_CUDA_CHECK(cudaEventRecord(events.start(i), stream));
+    KDA_CUDA_CHECK(cudaMemcpyAsync(dst.as(), src.as(), bytes, cudaMemcpyDeviceToDevice, stream));
+    KDA_CUDA_CHECK(cudaEventRecord(events.stop(i), stream));
+  }
+  KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return 2.0 * double(bytes) / (events.median_us() * 1e3);
+}
+
+struct Config {
+  int32_t value_heads, tokens, batch;
+};
+
+struct Result {
+  Config cfg;
+  double bytes, cold_us, warm_us;
+};
+
+constexpr int32_t kHeadDim = 128;
+
+// One layer's verify at `cfg`: every row real, odd rows seeding from scratch row a - 1.
+Result run_config(const Config& cfg, cudaStream_t stream, int runs, const DeviceMemory& flush) {
+  const int32_t B = cfg.batch, T = cfg.tokens, HV = cfg.value_heads, H = HV, K = kHeadDim, V = kHeadDim;
+  const int32_t S = T;
+  const size_t head_bytes = size_t(V) * K * sizeof(float);
+  const size_t io = dtype_size(DType::bf16);
+
+  std::vector<int32_t> slots(static_cast<size_t>(B)), accept_len(static_cast<size_t>(B)), n_real{B};
+  for (int32_t s = 0; s < B; ++s) {
+    slots[size_t(s)] = s;
+    accept_len[size_t(s)] = s % 2 == 1 ? 1 + s / 2 % T : 0;
+  }
+  std::vector<int32_t> index(size_t(B) * (4 + T));
+  IndexBuildParams ip;
+  ip.slots = slots.data();
+  ip.n_real = n_real.data();
+  ip.accept_len = accept_len.data();
+  ip.pool_slots = B;
+  ip.scratch_steps = S;
+  ip.tokens = T;
+  ip.rows = B;
+  ip.out = RoundIndices{index.data(), index.data() + B, index.data() + 2 * B, index.data() + 3 * B,
+                        index.data() + 4 * B};
+  build_indices_cpu(ip);
+
+  DeviceMemory pool(size_t(B) * HV * head_bytes), scratch(size_t(B) * S * HV * head_bytes);
+  DeviceMemory q(size_t(B) * T * H * K * io), k(q.bytes()), v(size_t(B) * T * HV * V * io),
+      g(size_t(B) * T * HV * K * io), beta(size_t(B) * T * HV * io), o(size_t(B) * T * HV * V * io);
+  DeviceMemory A_log(size_t(HV) * sizeof(float)), dt_bias(size_t(HV) * K * sizeof(float));
+  DeviceMemory d_index(index.size() * sizeof(int32_t));
+  KDA_CUDA_CHECK(cudaMemcpy(d_index.as(), index.data(), d_index.bytes(), cudaMemcpyHostToDevice));
+
+  VerifyParams p;
+  p.rows = B;
+  p.tokens = T;
+  p.heads = H;
+  p.value_heads = HV;
+  p.head_k = K;
+  p.head_v = V;
+  p.io_dtype = DType::bf16;
+  p.state_dtype = DType::f32;
+  p.options.l2norm_qk = true;
+  p.options.gate = GateMode::softplus;
+  p.options.beta_is_logit = true;
+  p.q = q.as();
+  p.k = k.as();
+  p.v = v.as();
+  p.g = g.as();
+  p.beta = beta.as();
+  p.o = o.as();
+  p.A_log = A_log.as<float>();
+  p.dt_bias = dt_bias.as<float>();
+  p.pool_layer = pool.as();
+  p.scratch_layer = scratch.as();
+  p.seed_pool = d_index.as<int32_t>() + B;
+  p.seed_scratch = d_index.as<int32_t>() + 2 * B;
+  p.write_row = d_index.as<int32_t>() + 4 * B;
+
+  for (int i = 0; i < 3; ++i) KDA_CUDA_CHECK(launch_verify(p, stream));
+  EventPairs cold(runs), warm(runs);
+  for (int i = 0; i < runs; ++i) {
+    KDA_CUDA_CHECK(cudaMemsetAsync(flush.as(), i & 0xff, flush.bytes(), stream));
+    KDA_CUDA_CHECK(cudaEventRecord(cold.start(i), stream));
+    KDA_CUDA_CHECK(launch_verify(p, stream));
+    KDA_CUDA_CHECK(cudaEventRecord(cold.stop(i), stream));
+  }
+  for (int i = 0; i < runs; ++i) {
+    KDA_CUDA_CHECK(cudaEventRecord(warm.start(i), stream));
+    KDA_CUDA_CHECK(launch_verify(p, stream));
+    KDA_CUDA_CHECK(cudaEventRecord(warm.stop(i), stream));
+  }
+  KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  // SPEC §7: 1 + T state transfers per (row, head), plus the inputs read, the outputs written and the
+  // indices.
+  const double state = double(B) * HV * (1 + T) * double(head_bytes);
+  const double inputs = double(q.bytes() + k.bytes() + v.bytes() + g.bytes() + beta.bytes() + o.bytes()) +
+                        double(A_log.bytes() + dt_bias.bytes()) + double(B) * (2 + T) * sizeof(int32_t);
+  return Result{cfg, state + inputs, cold.median_us(), warm.median_us()};
+}
+
+struct Verdict {
+  std::string target, result;
+};
+
+Verdict judge(const Result& r, double copy_gbps) {
+  const double gbps = r.bytes / (r.cold_us * 1e3);
+  if (r.cfg.batch >= 32) {
+    return {">= 80% copy bw", gbps >= 0.8 * copy_gbps ? "pass" : "miss"};
+  }
+  if (r.cfg.batch == 1) {
+    const double limit_us = 2.0 * r.bytes / (copy_gbps * 1e3) + 3.0;
+    char target[64];
+    std::snprintf(target, sizeof target, "<= %.1f us", limit_us);
+    return {target, r.cold_us <= limit_us ? "pass" : "miss"};
+  }
+  return {"-", "-"};
+}
+
+int run(int argc, char** argv) {
+  std::string csv_path;
+  int runs = 100;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--csv" && i + 1 < argc) {
+      csv_path = argv[++i];
+    } else if (arg == "--runs" && i + 1 < argc) {
+      runs = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--csv FILE] [--runs N (default 100)]\n", argv[0]);
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "bench_verify_cuda: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  KDA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  BenchStream stream;
+  const double copy_gbps = copy_bandwidth_gbps(stream.get(), runs);
+  std::printf("device: %s, %d SMs, L2 %d MiB; cudaMemcpy D2D bandwidth (read + write): %.0f GB/s\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbps);
+  std::printf(
+      "verify: K = V = %d, bf16 io, fp32 state, fused-accept (half the rows seed from scratch), "
+      "l2norm + softplus gate + beta logit; median of %d runs\n",
+      kHeadDim, runs);
+  const DeviceMemory flush(std::max<size_t>(size_t(prop.l2CacheSize) * 4, size_t(256) << 20));
+
+  std::vector<Result> results;
+  for (int32_t HV : {16, 32})
+    for (int32_t T : {2, 4, 8})
+      for (int32_t B : {1, 8, 32, 128}) {
+        results.push_back(run_config(Config{HV, T, B}, stream.get(), runs, flush));
+        const Result& r = results.back();
+        std::printf(
+            "HV=%2d T=%d batch=%3d: %10.0f bytes, cold %8.1f us (%6.0f GB/s), warm %8.1f us (%6.0f GB/s)\n",
+            HV, T, B, r.bytes, r.cold_us, r.bytes / (r.cold_us * 1e3), r.warm_us,
+            r.bytes / (r.warm_us * 1e3));
+        std::fflush(stdout);
+      }
+
+  if (!csv_path.empty()) {
+    FILE* csv = std::fopen(csv_path.c_str(), "w");
+    if (csv == nullptr) {
+      std::fprintf(stderr, "bench_verify_cuda: cannot write %s\n", csv_path.c_str());
+      return 1;
+    }
+    std::fprintf(csv,
+                 "value_heads,tokens,batch,bytes,cold_us,warm_us,cold_gbps,warm_gbps,copy_gbps,"
+                 "cold_fraction_of_copy,target,result\n");
+    for (const Result& r : results) {
+      const double cold = r.bytes / (r.cold_us * 1e3), warm = r.bytes / (r.warm_us * 1e3);
+      const Verdict v = judge(r, copy_gbps);
+      std::fprintf(csv, "%d,%d,%d,%.0f,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f,%s,%s\n", r.cfg.value_heads,
+                   r.cfg.tokens, r.cfg.batch, r.bytes, r.cold_us, r.warm_us, cold, warm, copy_gbps,
+                   cold / copy_gbps, v.target.c_str(), v.result.c_str());
+    }
+    std::fclose(csv);
+  }
+
+  int misses = 0;
+  std::printf(
+      "\n| HV | T | batch | MB moved | cold us | warm us | cold GB/s | warm GB/s | %% of copy | aim | result "
+      "|\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+  for (const Result& r : results) {
+    const double cold = r.bytes / (r.cold_us * 1e3), warm = r.bytes / (r.warm_us * 1e3);
+    const Verdict v = judge(r, copy_gbps);
+    misses += v.result == "miss";
+    std::printf("| %d | %d | %d | %.2f | %.1f | %.1f | %.0f | %.0f | %.0f%% | %s | %s |\n", r.cfg.value_heads,
+                r.cfg.tokens, r.cfg.batch, r.bytes / 1e6, r.cold_us, r.warm_us, cold, warm,
+                100.0 * cold / copy_gbps, v.target.c_str(), v.result.c_str());
+  }
+  std::printf("\ncopy bandwidth %.0f GB/s; %d aim(s) missed\n", copy_gbps, misses);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kdagraph
+
+int main(int argc, char** argv) {
+  try {
+    return kdagraph::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_verify_cuda: %s\n", e.what());
+    return 1;
+  }
+}
