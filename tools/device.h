@@ -43,8 +43,9 @@ class DeviceTimer {
 
  private:
   bool available_ = false;
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
+  // Unused in builds without CUDA, where the timer is never available.
+  [[maybe_unused]] cudaEvent_t start_ = nullptr;
+  [[maybe_unused]] cudaEvent_t stop_ = nullptr;
 };
 
 // Measured copy bandwidth in GB/s counting bytes read plus bytes written (the unit of SPEC §7's state
