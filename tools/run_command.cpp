@@ -109,6 +109,8 @@ struct RunReport {
   std::vector<int32_t> buckets;
   int32_t graphs_captured = 0;
   double capture_ms = 0;
+  int64_t graph_device_bytes = 0;            // all buckets' graphs (cudaMemGetInfo; 0 on the CPU)
+  std::vector<BucketCaptureStats> captures;  // per bucket, in capture order
   std::map<int32_t, int32_t> rounds_per_rows;  // rows a round ran with (its bucket for a replay) -> rounds
   int32_t graph_rounds = 0, eager_rounds = 0;
   int32_t rounds = 0;
@@ -150,8 +152,9 @@ void print_text(const RunReport& r) {
   std::printf("  backend             %s\n", to_string(v.backend));
   std::printf("  mode                %s\n", to_string(v.mode));
   if (r.cfg.runner.exec == Exec::graph)
-    std::printf("  exec                graph: %d buckets (%s) captured in %s ms\n", r.graphs_captured,
-                int_list(r.buckets).c_str(), fmt("%.3g", r.capture_ms).c_str());
+    std::printf("  exec                graph: %d buckets (%s) captured in %s ms, %s MiB of device memory\n",
+                r.graphs_captured, int_list(r.buckets).c_str(), fmt("%.3g", r.capture_ms).c_str(),
+                fmt("%.3g", double(r.graph_device_bytes) / (1 << 20)).c_str());
   else
     std::printf("  exec                eager (buckets %s unused)\n", int_list(r.buckets).c_str());
   std::printf("  sampler             %s\n", sampler_text(r).c_str());
@@ -193,6 +196,11 @@ std::string to_json(const RunReport& r) {
   for (int32_t b : r.buckets) j.value(b);
   j.end_array();
   j.field("graphs_captured", r.graphs_captured).field("capture_ms", r.capture_ms);
+  j.field("graph_device_bytes", r.graph_device_bytes);
+  j.key("captures").begin_array();
+  for (const BucketCaptureStats& c : r.captures)
+    j.begin_object().field("bucket", c.bucket).field("capture_ms", c.capture_ms).field("device_bytes", c.device_bytes).end_object();
+  j.end_array();
   j.key("rounds_by_rows").begin_object();
   for (const auto& [rows, count] : r.rounds_per_rows) j.field(std::to_string(rows), count);
   j.end_object();
@@ -256,6 +264,8 @@ int run(const RunOptions& o) {
   for (const BucketCaptureStats& s : runner.capture_stats()) {
     ++report.graphs_captured;
     report.capture_ms += s.capture_ms;
+    report.graph_device_bytes += s.device_bytes;
+    report.captures.push_back(s);
   }
 
   Progress progress(o.rounds, "round");
