@@ -163,7 +163,7 @@ struct HostEngine::Impl {
     return accepted.as<int32_t>();
   }
 
-  void join(int32_t count) {
+  void join(const Stream& s, int32_t count) {
     const VerifierConfig& vc = cfg.verifier;
     const size_t slot_elems = size_t(vc.model.value_heads) * vc.model.head_v * vc.model.head_k;
     const size_t L = size_t(vc.model.layers);
@@ -176,11 +176,11 @@ struct HostEngine::Impl {
         for (size_t e = 0; e < slot_elems; ++e)
           state[l * slot_elems + e] = synthetic_state(cfg.seed, uint32_t(r.id), uint32_t(l), uint32_t(e));
       if (vc.pool.state_dtype == DType::f32) {
-        verifier.prefill(r.slot, state.data());
+        verifier.prefill(s, r.slot, state.data());
       } else {
         state_bf16.resize(state.size());
         for (size_t e = 0; e < state.size(); ++e) state_bf16[e] = math::f32_to_bf16(state[e]);
-        verifier.prefill(r.slot, state_bf16.data());
+        verifier.prefill(s, r.slot, state_bf16.data());
       }
       live.push_back(r);
     }
@@ -197,7 +197,7 @@ struct HostEngine::Impl {
       out.slot = live[i].slot;
       out.rounds = live[i].rounds;
       out.state.resize(verifier.slot_state_bytes() * size_t(cfg.verifier.model.layers));
-      verifier.read_pool(out.slot, out.state.data());  // synchronous: waits for the materialize
+      verifier.read_pool(s, out.slot, out.state.data());  // waits for the materialize
       retired.push_back(std::move(out));
       free_slots.push_back(live[i].slot);
     }
@@ -215,7 +215,7 @@ struct HostEngine::Impl {
         if (leave(rng)) which.push_back(i);
       retire(s, which);
     }
-    join(cfg.batch - int32_t(live.size()));
+    join(s, cfg.batch - int32_t(live.size()));
     std::vector<int32_t> next;
     for (const Request& r : live) next.push_back(r.slot);
     if (cfg.vary_batch) {
@@ -228,7 +228,7 @@ struct HostEngine::Impl {
     }
   }
 
-  void record_round() {
+  void record_round(const Stream& s) {
     const VerifierConfig& vc = cfg.verifier;
     const uint32_t round = uint32_t(rounds_run);
     for (int32_t slot : batch) {
@@ -244,7 +244,7 @@ struct HostEngine::Impl {
     rec.outputs.resize(size_t(vc.model.layers) * n * row_bytes);
     for (int32_t l = 0; l < vc.model.layers; ++l)
       detail::copy_to_host(vc.backend, rec.outputs.data() + size_t(l) * n * row_bytes,
-                           outputs.as<char>() + size_t(l) * layer_bytes, n * row_bytes);
+                           outputs.as<char>() + size_t(l) * layer_bytes, n * row_bytes, s.stream);
     records.push_back(std::move(rec));
   }
 };
@@ -253,7 +253,7 @@ HostEngine::HostEngine(const HostEngineConfig& config) : impl_(std::make_unique<
 HostEngine::~HostEngine() = default;
 
 void HostEngine::start(const Stream& s) {
-  impl_->join(impl_->cfg.batch);
+  impl_->join(s, impl_->cfg.batch);
   impl_->runner->capture(s);
 }
 
@@ -262,7 +262,7 @@ void HostEngine::run_round(const Stream& s) {
   m.between_rounds(s);
   m.runner->run_round(s);
   if (!m.runner->sampler_in_round()) m.runner->accept(s, m.sample(s, m.runner->rows()));
-  m.record_round();
+  m.record_round(s);
   ++m.rounds_run;
 }
 

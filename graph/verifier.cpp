@@ -209,9 +209,11 @@ Verifier::BatchBuffers Verifier::batch_buffers() const {
   return BatchBuffers{impl_->n_real, impl_->slots, impl_->accepted};
 }
 
-void Verifier::prefill(int32_t slot, const void* states) {
+void Verifier::prefill(const Stream& s, int32_t slot, const void* states) {
   Impl& m = *impl_;
+  detail::validate_stream("Verifier::prefill", s, m.cfg.backend);
   detail::validate_slot("Verifier::prefill", slot, m.cfg.pool.slots);
+  m.require_not_capturing("Verifier::prefill", s);
   require(states != nullptr, "Verifier::prefill", "states", "is null");
   nvtx::Scoped range(nvtx::Range::prefill, slot);
   const size_t bytes = slot_state_bytes();
@@ -220,21 +222,23 @@ void Verifier::prefill(int32_t slot, const void* states) {
   const size_t es = dtype_size(m.cfg.pool.state_dtype);
   for (int32_t l = 0; l < m.cfg.model.layers; ++l)
     detail::copy_to_backend(m.cfg.backend, pool + m.geo.pool_offset(l, slot, 0) * es,
-                            src + size_t(l) * bytes, bytes);
+                            src + size_t(l) * bytes, bytes, s.stream);
   const int32_t zero = 0;
-  detail::copy_to_backend(m.cfg.backend, m.accept_len.as<int32_t>() + slot, &zero, sizeof zero);
+  detail::copy_to_backend(m.cfg.backend, m.accept_len.as<int32_t>() + slot, &zero, sizeof zero, s.stream);
 }
 
-void Verifier::read_pool(int32_t slot, void* states) const {
+void Verifier::read_pool(const Stream& s, int32_t slot, void* states) const {
   const Impl& m = *impl_;
+  detail::validate_stream("Verifier::read_pool", s, m.cfg.backend);
   detail::validate_slot("Verifier::read_pool", slot, m.cfg.pool.slots);
+  m.require_not_capturing("Verifier::read_pool", s);
   require(states != nullptr, "Verifier::read_pool", "states", "is null");
   const size_t bytes = slot_state_bytes();
   const size_t es = dtype_size(m.cfg.pool.state_dtype);
   for (int32_t l = 0; l < m.cfg.model.layers; ++l)
     detail::copy_to_host(m.cfg.backend, static_cast<char*>(states) + size_t(l) * bytes,
                          static_cast<const char*>(m.pool.data()) + m.geo.pool_offset(l, slot, 0) * es,
-                         bytes);
+                         bytes, s.stream);
 }
 
 void Verifier::set_batch(const Stream& s, const int32_t* slots, int32_t n) {

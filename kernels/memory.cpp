@@ -88,28 +88,32 @@ MappedHostBuffer::~MappedHostBuffer() {
   }
 }
 
-void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes) {
+void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
   if (backend == Backend::cpu) {
     std::memcpy(dst, src, bytes);
     return;
   }
 #if defined(KDAGRAPH_WITH_CUDA)
-  KDA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  KDA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+  KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
 #else
+  (void)stream;
   no_cuda("copy_to_backend");
 #endif
 }
 
-void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes) {
+void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
   if (backend == Backend::cpu) {
     std::memcpy(dst, src, bytes);
     return;
   }
 #if defined(KDAGRAPH_WITH_CUDA)
-  KDA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  KDA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+  KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
 #else
+  (void)stream;
   no_cuda("copy_to_host");
 #endif
 }

@@ -55,9 +55,10 @@ class MappedHostBuffer {
   void* device_ = nullptr;
 };
 
-// Synchronous copies for setup, tests and tools; never called on a round's hot path.
-void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes);
-void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes);
+// Synchronous copies for setup, tests and tools; never called on a round's hot path. On CUDA the copy is
+// ordered on `stream` after the work already enqueued there, and the call returns once it is done.
+void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
+void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
 void fill_bytes(Backend backend, void* dst, int value, size_t bytes);
 
 }  // namespace kdagraph::detail

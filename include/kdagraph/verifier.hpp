@@ -68,12 +68,14 @@ class Verifier {
   size_t scratch_bytes() const;
 
   // ---- host setup and inspection: synchronous, never on a round's hot path ----
+  // They are ordered on `s` after the work already enqueued there and return when done (they wait
+  // for `s`), so they are safe with non-blocking streams too.
   // Prefill: pool[l][slot] = states[l] for every layer, accept_len[slot] = 0. `states` is host memory
   // [L, HV, V, K] in the state dtype.
-  void prefill(int32_t slot, const void* states);
+  void prefill(const Stream& s, int32_t slot, const void* states);
   // Copies pool[l][slot] for every layer into host memory [L, HV, V, K]. Call materialize first in
   // fused-accept mode if the slot's latest state may still be in scratch.
-  void read_pool(int32_t slot, void* states) const;
+  void read_pool(const Stream& s, int32_t slot, void* states) const;
 
   // ---- per round: stream-ordered, capture-safe, allocate nothing, never synchronize ----
   // Host: validates n in [1, max_rows] and the slots (in [0, P), no repeats), then writes n_real and

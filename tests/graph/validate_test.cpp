@@ -87,7 +87,7 @@ TEST_F(ValidateCalls, SlotOutOfRangeOrRepeated) {
   expect_rejected([&] { v.set_batch(kCpu, nullptr, 1); }, "slots", "null");
   expect_rejected([&] { v.enqueue_materialize(kCpu, repeated.data(), 3); }, "slots", "3");
   expect_rejected([&] { v.enqueue_materialize(kCpu, out_of_range.data(), 2); }, "slots[1]", "12");
-  expect_rejected([&] { v.prefill(12, before.pool.data()); }, "slot", "12");
+  expect_rejected([&] { v.prefill(kCpu, 12, before.pool.data()); }, "slot", "12");
 }
 
 TEST_F(ValidateCalls, AcceptLengthOutsideOneToT) {

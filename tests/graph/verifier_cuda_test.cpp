@@ -141,18 +141,18 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
   cpu_cfg.mode = Mode::fused_accept;
   cpu_cfg.backend = Backend::cpu;
   Verifier two_phase(two_phase_cfg), fused(fused_cfg), cpu(cpu_cfg);
+  TestStream stream;
+  const Stream cuda{Backend::cuda, stream.get()}, host{Backend::cpu, nullptr};
 
   const int32_t L = cfg.model.layers, P = cfg.pool.slots, T = cfg.tokens, N = cfg.max_rows;
   for (int32_t slot = 0; slot < P; ++slot) {
     const HostTensor states(shape.state, size_t(L) * two_phase.slot_state_bytes() / dtype_size(shape.state),
                             rng, -1.0f, 1.0f);
-    two_phase.prefill(slot, states.bytes.data());
-    fused.prefill(slot, states.bytes.data());
-    cpu.prefill(slot, states.bytes.data());
+    two_phase.prefill(cuda, slot, states.bytes.data());
+    fused.prefill(cuda, slot, states.bytes.data());
+    cpu.prefill(host, slot, states.bytes.data());
   }
 
-  TestStream stream;
-  const Stream cuda{Backend::cuda, stream.get()}, host{Backend::cpu, nullptr};
   const size_t out_bytes = size_t(N) * T * cfg.model.value_heads * cfg.model.head_v * dtype_size(shape.io);
   std::vector<std::unique_ptr<DeviceBuffer>> two_phase_out, fused_out;
   std::vector<std::vector<uint8_t>> cpu_out(static_cast<size_t>(L), std::vector<uint8_t>(out_bytes));
@@ -228,9 +228,9 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
   EXPECT_EQ(fused.device_errors().count, 0u);
   std::vector<uint8_t> a(size_t(L) * two_phase.slot_state_bytes()), b(a.size()), c(a.size());
   for (int32_t slot = 0; slot < P; ++slot) {
-    two_phase.read_pool(slot, a.data());
-    fused.read_pool(slot, b.data());
-    cpu.read_pool(slot, c.data());
+    two_phase.read_pool(cuda, slot, a.data());
+    fused.read_pool(cuda, slot, b.data());
+    cpu.read_pool(host, slot, c.data());
     EXPECT_EQ(first_difference(a, b), -1)
         << "slot " << slot << ": pools differ after materialize at this byte";
     EXPECT_LE(rel_error(decode(shape.state, b), decode(shape.state, c)), shape.tol)
