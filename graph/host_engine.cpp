@@ -39,7 +39,7 @@ struct HostEngine::Impl {
   HostEngineConfig cfg;
   Verifier verifier;
   // Inputs are shared by the layers (regenerated before each layer's verify); outputs are per layer.
-  Buffer q, k, v, g, beta, outputs, gate_params, round_counter, accepted;
+  Buffer q, k, v, g, beta, outputs, gate_params, round_counter, accepted, join_state;
   std::unique_ptr<GraphRunner> runner;
   std::mt19937_64 rng;
   std::vector<Request> live;
@@ -70,6 +70,7 @@ struct HostEngine::Impl {
     outputs = Buffer(b, L * N * T * HV * V * es);
     round_counter = Buffer(b, sizeof(int64_t));
     accepted = Buffer(b, N * sizeof(int32_t));
+    join_state = Buffer(b, verifier.slot_state_bytes() * L);
     detail::fill_bytes(b, outputs.data(), 0, outputs.bytes());
     detail::fill_bytes(b, round_counter.data(), 0, round_counter.bytes());
     detail::fill_bytes(b, accepted.data(), 0, accepted.bytes());
@@ -163,25 +164,28 @@ struct HostEngine::Impl {
     return accepted.as<int32_t>();
   }
 
+  // A request joins: its seeded state is generated on the backend and prefilled from there, so a
+  // join costs no host work proportional to the state (40 MiB per request at the Kimi shapes).
   void join(const Stream& s, int32_t count) {
     const VerifierConfig& vc = cfg.verifier;
-    const size_t slot_elems = size_t(vc.model.value_heads) * vc.model.head_v * vc.model.head_k;
-    const size_t L = size_t(vc.model.layers);
-    std::vector<float> state(L * slot_elems);
-    std::vector<math::bf16> state_bf16;
+    SyntheticStateParams p;
+    p.seed = cfg.seed;
+    p.layers = vc.model.layers;
+    p.slot_elems = int64_t(vc.model.value_heads) * vc.model.head_v * vc.model.head_k;
+    p.state_dtype = vc.pool.state_dtype;
+    p.out = join_state.data();
     for (int32_t i = 0; i < count && !free_slots.empty(); ++i) {
       const Request r{next_request++, free_slots.back(), 0};
       free_slots.pop_back();
-      for (size_t l = 0; l < L; ++l)
-        for (size_t e = 0; e < slot_elems; ++e)
-          state[l * slot_elems + e] = synthetic_state(cfg.seed, uint32_t(r.id), uint32_t(l), uint32_t(e));
-      if (vc.pool.state_dtype == DType::f32) {
-        verifier.prefill(s, r.slot, state.data());
+      p.request = uint32_t(r.id);
+      if (s.backend == Backend::cpu) {
+        detail::cpu_submit([p] { synthetic_state_cpu(p); });
       } else {
-        state_bf16.resize(state.size());
-        for (size_t e = 0; e < state.size(); ++e) state_bf16[e] = math::f32_to_bf16(state[e]);
-        verifier.prefill(s, r.slot, state_bf16.data());
+#if defined(KDAGRAPH_WITH_CUDA)
+        if (launch_synthetic_state(p, s.stream) != cudaSuccess) throw Error("launch of synthetic_state failed");
+#endif
       }
+      verifier.enqueue_prefill(s, r.slot, join_state.data());  // stream-ordered before the next reuse
       live.push_back(r);
     }
   }

@@ -227,6 +227,34 @@ void Verifier::prefill(const Stream& s, int32_t slot, const void* states) {
   detail::copy_to_backend(m.cfg.backend, m.accept_len.as<int32_t>() + slot, &zero, sizeof zero, s.stream);
 }
 
+void Verifier::enqueue_prefill(const Stream& s, int32_t slot, const void* states) {
+  Impl& m = *impl_;
+  const char* where = "Verifier::enqueue_prefill";
+  detail::validate_stream(where, s, m.cfg.backend);
+  detail::validate_slot(where, slot, m.cfg.pool.slots);
+  require(states != nullptr, where, "states", "is null");
+  nvtx::Scoped range(nvtx::Range::prefill, slot);
+  const size_t bytes = slot_state_bytes(), es = dtype_size(m.cfg.pool.state_dtype);
+  char* pool = static_cast<char*>(m.pool.data());
+  const char* src = static_cast<const char*>(states);
+  int32_t* accept = m.accept_len.as<int32_t>() + slot;
+  const int32_t layers = m.cfg.model.layers;
+  const StateGeometry geo = m.geo;
+  if (m.cfg.backend == Backend::cpu) {
+    detail::cpu_submit([=] {
+      for (int32_t l = 0; l < layers; ++l) std::memcpy(pool + geo.pool_offset(l, slot, 0) * es, src + size_t(l) * bytes, bytes);
+      *accept = 0;
+    });
+    return;
+  }
+#if defined(KDAGRAPH_WITH_CUDA)
+  for (int32_t l = 0; l < layers; ++l)
+    KDA_CUDA_CHECK(cudaMemcpyAsync(pool + geo.pool_offset(l, slot, 0) * es, src + size_t(l) * bytes, bytes,
+                                   cudaMemcpyDeviceToDevice, s.stream));
+  KDA_CUDA_CHECK(cudaMemsetAsync(accept, 0, sizeof(int32_t), s.stream));
+#endif
+}
+
 void Verifier::read_pool(const Stream& s, int32_t slot, void* states) const {
   const Impl& m = *impl_;
   detail::validate_stream("Verifier::read_pool", s, m.cfg.backend);

@@ -134,6 +134,23 @@ KDA_HD float synthetic_dt_bias(uint64_t seed, uint32_t layer, uint32_t element) 
   return synthetic_uniform(synthetic_bits(seed, 0, 0, layer, 0, SyntheticField::gate_dt_bias, element), -0.5f, 0.5f);
 }
 
+// A joining request's whole state [L, HV, V, K] in the state dtype, generated where it is used.
+struct SyntheticStateParams {
+  uint64_t seed = 0;
+  uint32_t request = 0;
+  int32_t layers = 0;
+  int64_t slot_elems = 0;  // HV * V * K
+  DType state_dtype = DType::f32;
+  void* out = nullptr;
+};
+
+template <class StateT>
+KDA_HD void synthetic_state_element(const SyntheticStateParams& p, int64_t i) {
+  const uint32_t layer = uint32_t(i / p.slot_elems), e = uint32_t(i % p.slot_elems);
+  static_cast<StateT*>(p.out)[i] = math::from_f32<StateT>(synthetic_state(p.seed, p.request, layer, e));
+}
+
+void synthetic_state_cpu(const SyntheticStateParams& p);
 void synthetic_inputs_cpu(const SyntheticInputParams& p);
 void synthetic_sampler_cpu(const SyntheticSamplerParams& p);
 
@@ -144,5 +161,6 @@ void synthetic_sampler_cpu(const SyntheticSamplerParams& p);
 namespace kdagraph {
 cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t stream);
 cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, cudaStream_t stream);
+cudaError_t launch_synthetic_state(const SyntheticStateParams& p, cudaStream_t stream);
 }  // namespace kdagraph
 #endif

@@ -13,6 +13,17 @@ void synthetic_inputs_cpu(const SyntheticInputParams& p) {
   }
 }
 
+void synthetic_state_cpu(const SyntheticStateParams& p) {
+  const int64_t total = int64_t(p.layers) * p.slot_elems;
+  if (p.state_dtype == DType::f32) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < total; ++i) synthetic_state_element<float>(p, i);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < total; ++i) synthetic_state_element<math::bf16>(p, i);
+  }
+}
+
 void synthetic_sampler_cpu(const SyntheticSamplerParams& p) {
   const uint32_t round = uint32_t(*p.round);
   for (int32_t n = 0; n < p.rows; ++n)

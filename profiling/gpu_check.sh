@@ -169,8 +169,13 @@ stage_other_benches() {
   if [[ -x "$BUILD/tools/kdagraph" ]]; then
     echo "--- kdagraph bench"
     # shellcheck disable=SC2086  # the arguments are meant to split
-    "$BUILD/tools/kdagraph" bench ${KDAGRAPH_BENCH_ARGS:---backend cuda --rounds 30} --csv "$OUT/kdagraph_bench.csv" \
-      --md "$OUT/kdagraph_bench.md" || rc=1
+    # The graphs issue's sweep: L = 20, HV = 16 (TP 2) and 32, T = 2 and 4, batch 1, 4, 16, 64.
+    local preset
+    for preset in kimi-linear-48b-tp2 kimi-linear-48b; do
+      # shellcheck disable=SC2086  # the arguments are meant to split
+      "$BUILD/tools/kdagraph" bench ${KDAGRAPH_BENCH_ARGS:---backend cuda --preset $preset --drafts 1,3 --batches 1,4,16,64 --rounds 30} \
+        --csv "$OUT/kdagraph_bench_$preset.csv" --md "$OUT/kdagraph_bench_$preset.md" || rc=1
+    done
     ran=1
   fi
   ((ran)) || echo "no other GPU benchmark built"
@@ -186,7 +191,7 @@ run_stage bench_verify 90 stage_bench_verify
 run_stage memcheck 120 stage_memcheck
 run_stage racecheck 90 stage_racecheck
 run_stage cli_check 60 stage_cli_check
-run_stage other_benches 120 stage_other_benches
+run_stage other_benches 150 stage_other_benches
 
 # The benchmark's own table, then the summary, last.
 if [[ -f "$OUT/bench_verify.log" ]]; then
@@ -204,7 +209,8 @@ fi
 } | tee "$OUT/summary.md"
 if [[ -n "$RETURN_DIR" && "$RETURN_DIR" != "$OUT" ]]; then
   tar czf "$RETURN_DIR/gpu_logs.tar.gz" -C "$OUT" .
-  for f in summary.md bench_verify_cuda.csv kdagraph_bench.csv kdagraph_bench.md ctest_gpu.xml; do
+  for f in summary.md bench_verify_cuda.csv kdagraph_bench_kimi-linear-48b-tp2.md kdagraph_bench_kimi-linear-48b.md \
+    kdagraph_bench_kimi-linear-48b-tp2.csv kdagraph_bench_kimi-linear-48b.csv; do
     [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$RETURN_DIR/"
   done
 fi

@@ -77,6 +77,11 @@ class Verifier {
   // fused-accept mode if the slot's latest state may still be in scratch.
   void read_pool(const Stream& s, int32_t slot, void* states) const;
 
+  // Prefill from backend memory, stream-ordered and asynchronous (the engine's prefill wrote the state
+  // on the device): pool[l][slot] = states[l] for every layer, accept_len[slot] = 0. `states` is
+  // [L, HV, V, K] in the state dtype and must stay valid until the copy has run.
+  void enqueue_prefill(const Stream& s, int32_t slot, const void* states);
+
   // ---- per round: stream-ordered, capture-safe, allocate nothing, never synchronize ----
   // Host: validates n in [1, max_rows] and the slots (in [0, P), no repeats), then writes n_real and
   // the slots into the batch buffers the index build reads.

@@ -183,3 +183,36 @@ TEST(Modes, MaterializeWithZeroAcceptChangesNothingAndTwiceEqualsOnce) {
 
 }  // namespace
 }  // namespace kdagraph::test
+
+namespace kdagraph::test {
+namespace {
+
+// A prefill writes pool[slot] of every layer and sets accept_len to 0; nothing else changes.
+TEST(Modes, PrefillWritesOnlyItsSlot) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  Verifier v(small_verifier(Backend::cpu, Mode::fused_accept));
+  randomize_storage(v, seed);
+  std::vector<int32_t> accept_len(12, 2);
+  detail::copy_to_backend(Backend::cpu, v.accept_len(), accept_len.data(), 48);
+  const StorageSnapshot before = snapshot(v);
+  const size_t layers = size_t(v.config().model.layers), bytes = v.slot_state_bytes();
+  std::vector<float> state(layers * bytes / 4);
+  for (auto& x : state) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  for (bool from_backend : {true, false}) {
+    const int32_t slot = from_backend ? 5 : 9;
+    if (from_backend) v.enqueue_prefill(kCpu, slot, state.data());
+    else v.prefill(kCpu, slot, state.data());
+    const StorageSnapshot after = snapshot(v);
+    const StateGeometry g = geometry(v.config());
+    for (size_t l = 0; l < layers; ++l)
+      EXPECT_EQ(0, std::memcmp(after.pool.data() + g.pool_offset(int32_t(l), slot, 0) * 4,
+                               reinterpret_cast<const char*>(state.data()) + l * bytes, bytes));
+    EXPECT_EQ(after.accept_len[size_t(slot)], 0);
+    for (int32_t s = 0; s < 12; ++s)
+      if (s != 5 && s != 9) expect_slot_unchanged(v.config(), before, after, s);
+  }
+}
+
+}  // namespace
+}  // namespace kdagraph::test
