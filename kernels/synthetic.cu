@@ -19,6 +19,13 @@ __global__ void synthetic_sampler_kernel(SyntheticSamplerParams p) {
   if (threadIdx.x == 0) *p.round = int64_t(round) + 1;
 }
 
+template <class StateT>
+__global__ void synthetic_state_kernel(SyntheticStateParams p) {
+  const int64_t total = int64_t(p.layers) * p.slot_elems;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    synthetic_state_element<StateT>(p, i);
+}
+
 }  // namespace
 
 cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t stream) {
@@ -27,6 +34,13 @@ cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t 
   const int blocks = int((total + threads - 1) / threads < 4096 ? (total + threads - 1) / threads : 4096);
   if (p.io_dtype == DType::f32) synthetic_inputs_kernel<float><<<blocks, threads, 0, stream>>>(p);
   else synthetic_inputs_kernel<math::bf16><<<blocks, threads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_synthetic_state(const SyntheticStateParams& p, cudaStream_t stream) {
+  const int threads = 256, blocks = 1024;
+  if (p.state_dtype == DType::f32) synthetic_state_kernel<float><<<blocks, threads, 0, stream>>>(p);
+  else synthetic_state_kernel<math::bf16><<<blocks, threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
