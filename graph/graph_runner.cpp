@@ -172,6 +172,9 @@ void GraphRunner::capture(const Stream& s) {
       } catch (...) {
         cudaStreamEndCapture(s.stream, &graph);
         if (graph) cudaGraphDestroy(graph);
+        // An invalidated capture leaves its error as the thread's last error, which the next
+        // launcher's cudaGetLastError would report as its own: the exception reports it instead.
+        (void)cudaGetLastError();
         throw;
       }
       KDA_CUDA_CHECK(cudaStreamEndCapture(s.stream, &graph));

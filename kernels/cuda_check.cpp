@@ -8,6 +8,8 @@
 namespace kdagraph::detail {
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  // The exception reports it; a later launch's cudaGetLastError() must not report it again as its own.
+  (void)cudaGetLastError();
   throw Error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
               cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }

@@ -125,7 +125,10 @@ void fill_bytes(Backend backend, void* dst, int value, size_t bytes) {
     return;
   }
 #if defined(KDAGRAPH_WITH_CUDA)
-  KDA_CUDA_CHECK(cudaMemset(dst, value, bytes));
+  // cudaMemset of device memory may return before it has run, and a non-blocking stream does not wait
+  // for the default stream: finish it here, so whatever stream uses the buffer next sees the fill.
+  KDA_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, nullptr));
+  KDA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 #else
   no_cuda("fill_bytes");
 #endif

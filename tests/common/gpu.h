@@ -57,9 +57,11 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
   void upload(const void* src, size_t bytes) {
     if (bytes > 0) KDA_TEST_CUDA(cudaMemcpy(data_, src, bytes, cudaMemcpyHostToDevice));
+    settle();
   }
   void fill(int byte) {
     if (bytes_ > 0) KDA_TEST_CUDA(cudaMemset(data_, byte, bytes_));
+    settle();
   }
   template <class T>
   std::vector<T> download() const {
@@ -70,6 +72,10 @@ class DeviceBuffer {
   }
 
  private:
+  // A pageable cudaMemcpy to the device and cudaMemset may return before the device has run them, on
+  // the legacy stream, which the tests' non-blocking streams do not wait for: finish them here.
+  static void settle() { KDA_TEST_CUDA(cudaDeviceSynchronize()); }
+
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };

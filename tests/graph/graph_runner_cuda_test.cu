@@ -254,3 +254,30 @@ TEST(GraphRunnerCuda, ErrorsAreClearAndLeaveTheStateAlone) {
 
 }  // namespace
 }  // namespace kdagraph::test
+
+namespace kdagraph::test {
+namespace {
+
+// SPEC §6 on the device: another kernel wrote a corrupt accept length; the replayed round clamps it,
+// and the host sees the record through the host-mapped error word without synchronizing the stream.
+TEST(GraphRunnerCuda, CorruptAcceptLengthIsRecordedInTheMappedErrorWord) {
+  KDA_SKIP_WITHOUT_GPU();
+  TestStream stream;
+  const Stream s{Backend::cuda, stream.get()};
+  GpuHarness h(gpu_config(Mode::fused_accept, 8), RunnerConfig{}, fresh_seed());
+  h.runner->capture(s);
+  const std::vector<int32_t> slots = {2, 7};
+  h.runner->set_batch(s, slots.data(), 2);
+  const int32_t corrupt = 99;
+  KDA_TEST_CUDA(cudaMemcpyAsync(h.verifier.accept_len() + 7, &corrupt, 4, cudaMemcpyHostToDevice, stream.get()));
+  h.runner->run_round(s);
+  stream.sync();
+  const DeviceErrorWord e = h.verifier.device_errors();
+  EXPECT_EQ(e.code, uint32_t(DeviceErrorCode::accept_out_of_range));
+  EXPECT_EQ(e.row, 1);
+  EXPECT_EQ(e.value, 99);
+  EXPECT_GE(e.count, 1u);
+}
+
+}  // namespace
+}  // namespace kdagraph::test
