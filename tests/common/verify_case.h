@@ -36,6 +36,26 @@ struct CaseShape {
   }
 };
 
+// The reference sweeps' case: two value heads (grouping G = 2 / H), K = V, and the SPEC §1 options
+// chosen by the bits of `options` (0..47): L2 norm, scale, a given scale, beta as logit, gate mode.
+inline CaseShape sweep_shape(int K, int T, int G, int options, int rows) {
+  CaseShape s;
+  s.rows = rows;
+  s.tokens = T;
+  s.heads = 2 / G;
+  s.value_heads = 2;
+  s.head_k = K;
+  s.head_v = K;
+  s.slots = 5;
+  s.scratch_steps = 8;
+  s.options.l2norm_qk = options & 1;
+  s.options.use_scale = options & 2;
+  s.options.scale = (options & 4) ? 0.3f : 0.0f;
+  s.options.beta_is_logit = options & 8;
+  s.options.gate = GateMode((options >> 4) % 3);
+  return s;
+}
+
 inline uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
 
 // Values stored in dtype `t`, kept both as their bytes and as the floats they round to.

@@ -26,20 +26,7 @@ class VerifyReferenceSweep : public ::testing::TestWithParam<SweepParam> {};
 TEST_P(VerifyReferenceSweep, Fp32MatchesFp64Reference) {
   const auto [K, T, G] = GetParam();
   for (int bits = 0; bits < 48; ++bits) {
-    CaseShape s;
-    s.rows = 3;
-    s.tokens = T;
-    s.heads = 2 / G;
-    s.value_heads = 2;
-    s.head_k = K;
-    s.head_v = K;
-    s.slots = 5;
-    s.scratch_steps = 8;
-    s.options.l2norm_qk = bits & 1;
-    s.options.use_scale = bits & 2;
-    s.options.scale = (bits & 4) ? 0.3f : 0.0f;
-    s.options.beta_is_logit = bits & 8;
-    s.options.gate = GateMode((bits >> 4) % 3);
+    const CaseShape s = sweep_shape(K, T, G, bits, 3);
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(s.str() + " seed=" + std::to_string(seed));
     // Row 0 seeds from the pool, row 1 from scratch, row 2 is padding.

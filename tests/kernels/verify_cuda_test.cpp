@@ -94,20 +94,7 @@ TEST_P(VerifyCudaSweep, Fp32MatchesFp64Reference) {
   KDA_SKIP_WITHOUT_GPU();
   const auto [K, T, G] = GetParam();
   for (int bits = 0; bits < 48; ++bits) {
-    CaseShape s;
-    s.rows = 4;
-    s.tokens = T;
-    s.heads = 2 / G;
-    s.value_heads = 2;
-    s.head_k = K;
-    s.head_v = K;
-    s.slots = 5;
-    s.scratch_steps = 8;
-    s.options.l2norm_qk = bits & 1;
-    s.options.use_scale = bits & 2;
-    s.options.scale = (bits & 4) ? 0.3f : 0.0f;
-    s.options.beta_is_logit = bits & 8;
-    s.options.gate = GateMode((bits >> 4) % 3);
+    const CaseShape s = sweep_shape(K, T, G, bits, 4);
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(s.str() + " seed=" + std::to_string(seed));
     std::vector<int32_t> accept(5, 0);
