@@ -56,6 +56,26 @@ inline CaseShape sweep_shape(int K, int T, int G, int options, int rows) {
   return s;
 }
 
+// Narrows `p` (a one-row case's params, host or device pointers alike) to token t as a T = 1 verify.
+inline void select_token(VerifyParams& p, int t) {
+  const size_t es = dtype_size(p.io_dtype), H = size_t(p.heads), HV = size_t(p.value_heads);
+  const size_t K = size_t(p.head_k), V = size_t(p.head_v);
+  auto at = [&](const void* base, size_t elems) { return static_cast<const char*>(base) + size_t(t) * elems * es; };
+  p.tokens = 1;
+  p.q = at(p.q, H * K);
+  p.k = at(p.k, H * K);
+  p.v = at(p.v, HV * V);
+  p.g = at(p.g, HV * K);
+  p.beta = at(p.beta, HV);
+  p.o = const_cast<char*>(at(p.o, HV * V));
+}
+
+// Seed pool, seed scratch and write row of token t of `slot` verified one token at a time: token 0
+// seeds from the pool, token t from the post-state token t - 1 wrote.
+inline std::vector<int32_t> single_token_indices(int32_t slot, int32_t scratch_steps, int32_t t) {
+  return {t == 0 ? slot : -1, t == 0 ? -1 : slot * scratch_steps + t - 1, slot * scratch_steps + t};
+}
+
 inline uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
 
 // Values stored in dtype `t`, kept both as their bytes and as the floats they round to.

@@ -85,23 +85,13 @@ TEST(VerifyCpu, TTokensEqualTSingleTokenVerifiesBitwise) {
     VerifyCase steps(s, seed, {2}, {0, 0, 0, 0});
     verify_cpu(whole.params());
 
-    const int T = s.tokens, H = s.heads, HV = s.value_heads, K = s.head_k, V = s.head_v;
-    const size_t es = dtype_size(io);
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < s.tokens; ++t) {
       VerifyParams p = steps.params();
-      p.tokens = 1;
-      p.q = steps.q.bytes.data() + size_t(t) * H * K * es;
-      p.k = steps.k.bytes.data() + size_t(t) * H * K * es;
-      p.v = steps.v.bytes.data() + size_t(t) * HV * V * es;
-      p.g = steps.g.bytes.data() + size_t(t) * HV * K * es;
-      p.beta = steps.beta.bytes.data() + size_t(t) * HV * es;
-      p.o = steps.o.bytes.data() + size_t(t) * HV * V * es;
-      const int32_t slot = 2, S = s.scratch_steps;
-      const int32_t seed_pool = t == 0 ? slot : -1, seed_scratch = t == 0 ? -1 : slot * S + t - 1;
-      const int32_t write_row = slot * S + t;
-      p.seed_pool = &seed_pool;
-      p.seed_scratch = &seed_scratch;
-      p.write_row = &write_row;
+      select_token(p, t);
+      const std::vector<int32_t> index = single_token_indices(2, s.scratch_steps, t);
+      p.seed_pool = &index[0];
+      p.seed_scratch = &index[1];
+      p.write_row = &index[2];
       verify_cpu(p);
     }
     EXPECT_EQ(whole.o.bytes, steps.o.bytes);

@@ -231,20 +231,10 @@ TEST(VerifyCuda, TTokensEqualTSingleTokenVerifiesBitwise) {
       if (HasFatalFailure()) return;
 
       DeviceCase ds(steps);
-      const int T = s.tokens, H = s.heads, HV = s.value_heads, V = s.head_v;
-      const size_t es = dtype_size(io);
-      const int32_t slot = 2, S = s.scratch_steps;
-      for (int t = 0; t < T; ++t) {
+      for (int t = 0; t < s.tokens; ++t) {
         VerifyParams p = ds.params(steps);
-        p.tokens = 1;
-        p.q = ds.q.as<uint8_t>() + size_t(t) * H * K * es;
-        p.k = ds.k.as<uint8_t>() + size_t(t) * H * K * es;
-        p.v = ds.v.as<uint8_t>() + size_t(t) * HV * V * es;
-        p.g = ds.g.as<uint8_t>() + size_t(t) * HV * K * es;
-        p.beta = ds.beta.as<uint8_t>() + size_t(t) * HV * es;
-        p.o = ds.o.as<uint8_t>() + size_t(t) * HV * V * es;
-        const std::vector<int32_t> index{t == 0 ? slot : -1, t == 0 ? -1 : slot * S + t - 1, slot * S + t};
-        DeviceBuffer d_index(index);
+        select_token(p, t);
+        DeviceBuffer d_index(single_token_indices(2, s.scratch_steps, t));
         p.seed_pool = d_index.as<int32_t>();
         p.seed_scratch = d_index.as<int32_t>() + 1;
         p.write_row = d_index.as<int32_t>() + 2;
