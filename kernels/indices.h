@@ -1,6 +1,6 @@
 // SPEC §4: the fused-accept indices, built once per forward and shared by every layer of it.
 //
-// The builder is one functor applied with Thrust over rows x steps, so the same code runs with the host
+// The builder is one functor applied with Thrust over the rows, so the same code runs with the host
 // policy (indices_cpu.cpp) and a CUDA stream policy (indices.cu). It allocates nothing and returns
 // nothing to the host, so it is capture-safe.
 //
@@ -44,43 +44,44 @@ struct RowSeed {
 };
 
 // Decides what row n is. Bad slots (out of range, repeated) make the row padding; an accept length
-// outside [0, S] is clamped. Both are recorded when `report` is set (once per row, not per step).
-KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n, bool report) {
+// outside [0, S] is clamped. Both are recorded in the error word.
+KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n) {
   int32_t n_real = *p.n_real;
   n_real = n_real < 0 ? 0 : (n_real > p.rows ? p.rows : n_real);
   int32_t slot = n < n_real ? p.slots[n] : -1;
   if (slot < -1 || slot >= p.pool_slots) {
-    if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, slot);
+    record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, slot);
     slot = -1;
   }
+  // A repeated slot: the first row holding it keeps it.
   for (int32_t m = 0; slot >= 0 && m < n; ++m) {
     if (p.slots[m] == slot) {
-      if (report) record_device_error(p.errors, DeviceErrorCode::slot_repeated, n, slot);
+      record_device_error(p.errors, DeviceErrorCode::slot_repeated, n, slot);
       slot = -1;
     }
   }
   // Padded rows gather too, from slot 0: always in range, so the gather needs no branch.
   int32_t accept = p.accept_len[slot >= 0 ? slot : 0];
   if (slot >= 0 && (accept < 0 || accept > p.scratch_steps)) {
-    if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, accept);
+    record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, accept);
     accept = accept < 0 ? 0 : p.scratch_steps;
   }
   return RowSeed{slot, slot >= 0 ? accept : -1};
 }
 
+// One call per row: the row is resolved once (its repeated-slot scan is O(n)), then its T write rows.
 struct BuildIndices {
   IndexBuildParams p;
 
-  KDA_HD void operator()(int32_t idx) const {
-    const int32_t n = idx / p.tokens;
-    const int32_t t = idx % p.tokens;
-    const RowSeed r = resolve_row(p, n, t == 0);
-    p.out.write_row[idx] = r.slot >= 0 ? scratch_row(r.slot, t, p.scratch_steps) : -1;
-    if (t != 0) return;
+  KDA_HD void operator()(int32_t n) const {
+    const RowSeed r = resolve_row(p, n);
     p.out.row_slot[n] = r.slot;
     p.out.seed_accept[n] = r.accept;
     p.out.seed_pool[n] = (r.slot >= 0 && r.accept == 0) ? r.slot : -1;
     p.out.seed_scratch[n] = r.slot >= 0 ? seed_scratch_row(r.slot, r.accept, p.scratch_steps) : -1;
+    int32_t* write_row = p.out.write_row + int64_t(n) * p.tokens;
+    for (int32_t t = 0; t < p.tokens; ++t)
+      write_row[t] = r.slot >= 0 ? scratch_row(r.slot, t, p.scratch_steps) : -1;
   }
 };
 

@@ -7,8 +7,7 @@
 namespace kdagraph {
 
 void build_indices_cpu(const IndexBuildParams& p) {
-  thrust::for_each_n(thrust::host, thrust::counting_iterator<int32_t>(0), p.rows * p.tokens,
-                     BuildIndices{p});
+  thrust::for_each_n(thrust::host, thrust::counting_iterator<int32_t>(0), p.rows, BuildIndices{p});
 }
 
 }  // namespace kdagraph
