@@ -8,7 +8,8 @@
 # summary, the CSVs, the JUnit XML and a tarball of every log are copied there. A failing stage does not stop the next one; the exit status is non-zero if
 # any stage failed or ran out of time. The whole run stays within ${KDA_CHECK_BUDGET_S:-460} seconds
 # (plus at most 10 s to stop a stage that overruns): stages start in priority order and get what is
-# left of the budget.
+# left of the budget. A stage whose tool cannot run on this machine (compute-sanitizer refuses some
+# virtualized GPUs) is UNAVAILABLE, not passed; then the exit status is 3 unless something failed.
 #
 # Run from the repository root:  profiling/gpu_check.sh
 # GoogleTest comes from source: ${KDAGRAPH_GTEST_SOURCE_DIR}, else ./.gtest (a copy of /usr/src/googletest,
@@ -27,7 +28,9 @@ export ROOT OUT BUILD ARCH JOBS
 START=$(date +%s)
 DEADLINE=$((START + BUDGET_S))
 
-STAGES=() RESULTS=() SECONDS_USED=() FAILED=0
+STAGES=() RESULTS=() SECONDS_USED=() FAILED=0 UNAVAILABLE=0
+# A stage exits with this when its tool cannot run here at all.
+EXIT_UNAVAILABLE=77
 
 # run_stage NAME CAP_SECONDS FUNCTION: runs FUNCTION in a child bash under a time limit (its cap, or what
 # is left of the budget), output to $OUT/NAME.log; records PASS, FAIL (exit status), TIMEOUT or SKIP.
@@ -43,11 +46,14 @@ run_stage() {
   fi
   echo "== $name (limit ${limit}s) -> $log"
   t0=$(date +%s)
-  timeout --kill-after=10 "$limit" bash -c "set -u -o pipefail; $(declare -f); $fn" >"$log" 2>&1
+  timeout --kill-after=10 "$limit" bash -c "set -u -o pipefail; EXIT_UNAVAILABLE=$EXIT_UNAVAILABLE; $(declare -f); $fn" \
+    >"$log" 2>&1
   rc=$?
   t1=$(date +%s)
   if ((rc == 0)); then
     result=PASS
+  elif ((rc == EXIT_UNAVAILABLE)); then
+    result=UNAVAILABLE UNAVAILABLE=1
   elif ((rc == 124 || rc == 137)); then
     result=TIMEOUT FAILED=1
   else
@@ -113,13 +119,20 @@ stage_gpu_tests() {
 sanitize() {
   local tool=$1
   shift
-  local rc=0 spec bin filter
+  local rc=0 spec bin filter log
+  command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer: not found"; exit "$EXIT_UNAVAILABLE"; }
+  log=$(mktemp)
   for spec in "$@"; do
     bin=${spec%%:*}
     filter=${spec#*:}
     echo "--- compute-sanitizer --tool $tool $bin --gtest_filter=$filter"
     compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 "$BUILD/$bin" --gtest_filter="$filter" \
-      --gtest_brief=1 || rc=1
+      --gtest_brief=1 2>&1 | tee "$log" || rc=1
+    # Some virtualized GPUs refuse the sanitizer outright; that is no verdict on the kernels.
+    if grep -q -i "device not supported" "$log"; then
+      echo "compute-sanitizer cannot run on this machine's GPU"
+      exit "$EXIT_UNAVAILABLE"
+    fi
   done
   return "$rc"
 }
@@ -173,7 +186,7 @@ stage_other_benches() {
     local preset
     for preset in kimi-linear-48b-tp2 kimi-linear-48b; do
       # shellcheck disable=SC2086  # the arguments are meant to split
-      "$BUILD/tools/kdagraph" bench ${KDAGRAPH_BENCH_ARGS:---backend cuda --preset $preset --drafts 1,3 --batches 1,4,16,64 --rounds 30} \
+      "$BUILD/tools/kdagraph" bench ${KDAGRAPH_BENCH_ARGS:---backend cuda --preset $preset --drafts 1,3 --batches 1,4,16,64 --rounds 30 --node-trace} \
         --csv "$OUT/kdagraph_bench_$preset.csv" --md "$OUT/kdagraph_bench_$preset.md" || rc=1
     done
     ran=1
@@ -214,4 +227,10 @@ if [[ -n "$RETURN_DIR" && "$RETURN_DIR" != "$OUT" ]]; then
     [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$RETURN_DIR/"
   done
 fi
-exit $FAILED
+if ((FAILED)); then
+  exit 1
+fi
+if ((UNAVAILABLE)); then
+  exit 3
+fi
+exit 0

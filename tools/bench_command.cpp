@@ -1,7 +1,9 @@
 // `kdagraph bench`: rounds of the host engine timed over {two-phase, fused-accept} x {eager, graph} x
 // {sampler in the round, outside it} x batch sizes x T, in one place. Per point: medians of host time per
 // round and, on CUDA, device time per round (CUDA events); the state bytes SPEC §7 says a round moves,
-// divided by that time, against the measured copy ceiling. Writes CSV and a markdown table.
+// divided by that time, against the measured copy ceiling. With --node-trace (CUDA, CUPTI), as many
+// rounds again are traced per graph point for the device's idle share between the nodes of a replayed
+// round. Writes CSV and a markdown table, then the graphs issue's aims judged on these numbers.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +13,10 @@
 #include <vector>
 
 #include "kdagraph/host_engine.hpp"
+#include "profiling/node_timeline.h"
+#if defined(KDAGRAPH_WITH_CUPTI)
+#include "profiling/node_trace.h"
+#endif
 #include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/device.h"
@@ -32,6 +38,7 @@ struct BenchOptions {
   int32_t warmup = 3;
   double accept_rate = 0.7;
   uint64_t seed = 1;
+  bool node_trace = false;
   std::string csv, md;
 };
 
@@ -68,6 +75,16 @@ OptionTable bench_options(BenchOptions& o) {
           [&o](const std::string&, const std::string& v) { o.csv = v; });
   t.value("md", "FILE", "also write the markdown table to FILE",
           [&o](const std::string&, const std::string& v) { o.md = v; });
+  t.flag("node-trace",
+         "CUDA graph points: trace as many rounds again with CUPTI and report the nodes of a replayed round, "
+         "its span and the device's idle share between nodes (aim: under 5%)",
+         [&o] {
+#if defined(KDAGRAPH_WITH_CUPTI)
+           o.node_trace = true;
+#else
+           throw UsageError("--node-trace: this build has no CUPTI (it needs the CUDA toolkit's CUPTI library)");
+#endif
+         });
   return t;
 }
 
@@ -85,12 +102,26 @@ struct Result {
   double tokens_per_s = 0;
   double state_bytes = 0;  // per round, SPEC §7
   double bandwidth_gbs = 0;
+  // --node-trace, graph points: medians over the traced replays of the graph's nodes.
+  double graph_nodes = NAN, graph_us = NAN, idle_pct = NAN, largest_gap_us = NAN;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+using profiling::median;
+
+// The per-point medians of the traced rounds' graph timelines; one timeline per graph launch.
+void add_timelines(Result& res, const std::vector<profiling::LaunchTimeline>& timelines) {
+  if (timelines.empty()) throw Error("--node-trace: CUPTI recorded no graph launch for a graph point");
+  std::vector<double> nodes, span, idle, gap;
+  for (const profiling::LaunchTimeline& t : timelines) {
+    nodes.push_back(t.nodes);
+    span.push_back(t.span_us);
+    idle.push_back(100.0 * t.idle_fraction());
+    gap.push_back(t.largest_gap_us);
+  }
+  res.graph_nodes = median(nodes);
+  res.graph_us = median(span);
+  res.idle_pct = median(idle);
+  res.largest_gap_us = median(gap);
 }
 
 // SPEC §7: state-sized transfers per layer and request: 1 + T in verify, 2 more in the two-phase commit.
@@ -101,7 +132,10 @@ double state_bytes_per_round(const HostEngineConfig& c, int32_t rows) {
   return state * transfers * v.model.layers * rows;
 }
 
-Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o, int32_t rounds) {
+// `trace_problem`: empty while node tracing works; the first failure's message turns it off for the rest
+// of the sweep, so a machine where CUPTI cannot trace still gets its timings.
+Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o, int32_t rounds,
+                 std::string& trace_problem) {
   EngineSetup e = base;
   e.mode = p.mode;
   e.exec = p.exec;
@@ -140,6 +174,21 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   res.tokens_per_s = double(engine.tokens_accepted() - tokens_before) / (total_ms * 1e-3);
   res.state_bytes = state_bytes_per_round(cfg, p.batch);
   res.bandwidth_gbs = res.state_bytes / (ms * 1e-3) / 1e9;
+#if defined(KDAGRAPH_WITH_CUPTI)
+  if (o.node_trace && trace_problem.empty() && p.exec == Exec::graph) {  // after the timed rounds: tracing
+    try {                                                                  // slows each node down
+      profiling::NodeTrace trace;
+      for (int32_t r = 0; r < rounds; ++r) engine.run_round(stream.get());
+      stream.synchronize();
+      add_timelines(res, trace.take());
+    } catch (const Error& failure) {
+      trace_problem = failure.what();
+      std::fprintf(stderr, "kdagraph bench: node trace off for the rest of the sweep: %s\n", failure.what());
+    }
+  }
+#else
+  (void)trace_problem;
+#endif
   engine.finish(stream.get());
   return res;
 }
@@ -154,7 +203,8 @@ std::string fmt(const char* format, double v) {
 std::string csv_text(const std::vector<Result>& results, const EngineSetup& base, double ceiling) {
   std::string out =
       "backend,mode,exec,sampler,layers,heads,value_heads,head_k,head_v,io_dtype,state_dtype,tokens,batch,bucket,"
-      "rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs\n";
+      "rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs,graph_nodes,"
+      "graph_us_traced,idle_pct,largest_gap_us\n";
   const ModelShape& m = base.model;
   for (const Result& r : results) {
     out += std::string(to_string(base.backend)) + "," + to_string(r.p.mode) + "," + to_string(r.p.exec) + "," +
@@ -163,14 +213,84 @@ std::string csv_text(const std::vector<Result>& results, const EngineSetup& base
            "," + to_string(base.io) + "," + to_string(base.state) + "," + std::to_string(r.p.tokens) + "," +
            std::to_string(r.p.batch) + "," + std::to_string(r.bucket) + "," + std::to_string(r.rounds) + "," +
            fmt("%.6g", r.host_ms) + "," + fmt("%.6g", r.device_ms) + "," + fmt("%.6g", r.tokens_per_s) + "," +
-           fmt("%.0f", r.state_bytes) + "," + fmt("%.6g", r.bandwidth_gbs) + "," + fmt("%.6g", ceiling) + "\n";
+           fmt("%.0f", r.state_bytes) + "," + fmt("%.6g", r.bandwidth_gbs) + "," + fmt("%.6g", ceiling) + "," +
+           fmt("%.6g", r.graph_nodes) + "," + fmt("%.6g", r.graph_us) + "," + fmt("%.6g", r.idle_pct) + "," +
+           fmt("%.6g", r.largest_gap_us) + "\n";
   }
   return out;
 }
 
+const Result* find_point(const std::vector<Result>& results, Mode mode, bool sampler_in, int32_t tokens,
+                         int32_t batch) {
+  for (const Result& r : results)
+    if (r.p.mode == mode && r.p.exec == Exec::graph && r.p.sampler_in == sampler_in && r.p.tokens == tokens &&
+        r.p.batch == batch)
+      return &r;
+  return nullptr;
+}
+
+// The graphs issue's aims, judged on this run's numbers: at batch 1, fused-accept under a graph against
+// the two-phase baseline (verify graph, then accept and commit as separate launches) within 5% of the
+// byte bound (1 + T + 2) / (1 + T); and, traced, under 5% idle between the nodes of a replayed round.
+std::string aims_markdown(const std::vector<Result>& results, bool cuda, const std::string& trace_problem) {
+  std::string out = "\n## Aims\n\n";
+  if (!cuda) out += "CPU timings: informational; the aims are for the GPU.\n\n";
+  std::vector<int32_t> tokens;
+  for (const Result& r : results)
+    if (std::find(tokens.begin(), tokens.end(), r.p.tokens) == tokens.end()) tokens.push_back(r.p.tokens);
+  std::string rows;
+  for (int32_t T : tokens) {
+    const Result* base = find_point(results, Mode::two_phase, false, T, 1);
+    const Result* fused_out = find_point(results, Mode::fused_accept, false, T, 1);
+    const Result* fused_in = find_point(results, Mode::fused_accept, true, T, 1);
+    if (base == nullptr || fused_out == nullptr || fused_in == nullptr) continue;
+    const auto round_ms = [cuda](const Result* r) { return cuda ? r->device_ms : r->host_ms; };
+    const double bound = double(1 + T + 2) / double(1 + T);
+    const auto judged = [&](const Result* fused) {
+      const double speedup = round_ms(base) / round_ms(fused);
+      return fmt("%.4g", round_ms(fused)) + " | " + fmt("%.3f", speedup) + " | " +
+             (speedup >= 0.95 * bound ? "pass" : "miss");
+    };
+    rows += "| " + std::to_string(T) + " | " + fmt("%.4g", round_ms(base)) + " | " + judged(fused_out) + " | " +
+            judged(fused_in) + " | " + fmt("%.3f", bound) + " |\n";
+  }
+  if (rows.empty()) {
+    out += "Fused-accept against two-phase: needs batch 1, both modes, the graph execution and both sampler "
+           "placements in the sweep.\n";
+  } else {
+    out += std::string("Batch 1, ms per round (") + (cuda ? "device" : "host") +
+           " time). Baseline: two-phase, verify graph, then accept and commit launched separately. Fused-accept "
+           "graph with the sampler outside the graph (same launches, no commit), and with the whole round in "
+           "the graph. Aim: speedup >= 95% of the byte bound (1 + T + 2) / (1 + T).\n\n";
+    out += "| T | two-phase ms | fused, sampler out ms | speedup | aim | fused, whole round ms | speedup | aim | "
+           "bound |\n";
+    out += "|---:|---:|---:|---:|---|---:|---:|---|---:|\n";
+    out += rows;
+  }
+  int traced = 0, under = 0;
+  const Result* worst = nullptr;
+  for (const Result& r : results) {
+    if (std::isnan(r.idle_pct)) continue;
+    ++traced;
+    under += r.idle_pct < 5.0;
+    if (worst == nullptr || r.idle_pct > worst->idle_pct) worst = &r;
+  }
+  if (worst != nullptr) {
+    out += "\nIdle between the nodes of a replayed round (aim: under 5%): " + std::to_string(under) + " of " +
+           std::to_string(traced) + " traced graph points meet it; the worst is " + fmt("%.2f", worst->idle_pct) +
+           "% (" + to_string(worst->p.mode) + ", sampler " + kSamplerNames[worst->p.sampler_in ? 0 : 1] +
+           ", T " + std::to_string(worst->p.tokens) + ", batch " + std::to_string(worst->p.batch) +
+           "), measured under CUPTI tracing, which slows each node.\n";
+  }
+  if (!trace_problem.empty()) out += "\nIdle between the nodes of a replayed round: not measured (" + trace_problem + ").\n";
+  return out;
+}
+
 std::string markdown(const std::vector<Result>& results, const EngineSetup& base, const std::string& preset,
-                     double ceiling) {
+                     double ceiling, const std::string& trace_problem) {
   const bool cuda = base.backend == Backend::cuda;
+  const bool traced =
+      std::any_of(results.begin(), results.end(), [](const Result& r) { return !std::isnan(r.graph_us); });
   std::string out = "# kdagraph bench: " + std::string(to_string(base.backend)) + ", preset " + preset + " (" +
                     describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) + "\n\n";
   out += "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
@@ -180,16 +300,28 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
          (cuda ? "Device time from CUDA events; host time is the launch cost of the round."
                : "CPU timings: the CPU backend on this machine, not a GPU.") +
          " Sampler `in`: sampler, accept (and the two-phase commit) inside the round; `out`: separate launches "
-         "after it.\n\n";
-  out += "| mode | exec | sampler | T | batch | host ms/round | device ms/round | tokens/s | state GB/s | % of copy |\n";
-  out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+         "after it.";
+  if (traced)
+    out += " Traced (graph points, separate rounds under CUPTI): the nodes of one replayed graph, its span "
+           "from the first node's start to the last node's end, the share of that span with no node running, "
+           "and the longest such gap; medians over the replays.";
+  out += "\n\n";
+  out += "| mode | exec | sampler | T | batch | host ms/round | device ms/round | tokens/s | state GB/s | % of copy |";
+  out += traced ? " nodes | graph us (traced) | idle % | longest gap us |\n" : "\n";
+  out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|";
+  out += traced ? "---:|---:|---:|---:|\n" : "\n";
   for (const Result& r : results) {
     out += "| " + std::string(to_string(r.p.mode)) + " | " + to_string(r.p.exec) + " | " +
            kSamplerNames[r.p.sampler_in ? 0 : 1] + " | " + std::to_string(r.p.tokens) + " | " +
            std::to_string(r.p.batch) + " | " + fmt("%.4g", r.host_ms) + " | " +
            (cuda ? fmt("%.4g", r.device_ms) : "-") + " | " + fmt("%.4g", r.tokens_per_s) + " | " +
-           fmt("%.4g", r.bandwidth_gbs) + " | " + fmt("%.1f", 100.0 * r.bandwidth_gbs / ceiling) + " |\n";
+           fmt("%.4g", r.bandwidth_gbs) + " | " + fmt("%.1f", 100.0 * r.bandwidth_gbs / ceiling) + " |";
+    if (traced)
+      out += " " + fmt("%.0f", r.graph_nodes) + " | " + fmt("%.1f", r.graph_us) + " | " + fmt("%.2f", r.idle_pct) +
+             " | " + fmt("%.2f", r.largest_gap_us) + " |";
+    out += "\n";
   }
+  out += aims_markdown(results, cuda, trace_problem);
   return out;
 }
 
@@ -208,6 +340,9 @@ int bench(BenchOptions o) {
   base.accept_rate = o.accept_rate;
   base.seed = o.seed;
   const bool cuda = base.backend == Backend::cuda;
+  if (o.node_trace && !cuda) throw UsageError("--node-trace: traces CUDA graphs, but the backend is the CPU");
+  if (o.node_trace && std::find(o.execs.begin(), o.execs.end(), size_t(Exec::graph)) == o.execs.end())
+    throw UsageError("--node-trace: traces graph points, but --execs has no graph");
   if (o.batches.empty()) o.batches = cuda ? std::vector<int64_t>{1, 4, 16, 64} : std::vector<int64_t>{1, 2, 4, 8, 16};
   if (o.drafts.empty()) o.drafts = cuda ? std::vector<int64_t>{0, 3, 7} : std::vector<int64_t>{0, 3};
   const int32_t rounds = o.rounds > 0 ? o.rounds : cuda ? 50 : 20;
@@ -222,14 +357,15 @@ int bench(BenchOptions o) {
 
   const double ceiling = copy_ceiling_gbs(base.backend);
   std::vector<Result> results;
+  std::string trace_problem;
   Progress progress(int64_t(points.size()), "point");
   for (const Point& p : points) {
-    results.push_back(run_point(p, base, o, rounds));
+    results.push_back(run_point(p, base, o, rounds, trace_problem));
     progress.update(int64_t(results.size()));
   }
   progress.finish();
 
-  const std::string md = markdown(results, base, o.model.preset, ceiling);
+  const std::string md = markdown(results, base, o.model.preset, ceiling, trace_problem);
   std::fputs(md.c_str(), stdout);
   if (!o.md.empty()) write_file("--md", o.md, md);
   if (!o.csv.empty()) write_file("--csv", o.csv, csv_text(results, base, ceiling));

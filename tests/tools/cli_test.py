@@ -100,6 +100,7 @@ ERRORS = {
     "error_bench_modes": (["bench", "--modes", "two-phase,bogus"], ["--modes", "bogus"]),
     "error_bench_batches": (["bench", "--batches", "1,0"], ["--batches", "0"]),
     "error_bench_sampler": (["bench", "--sampler", "sideways"], ["--sampler", "in", "out"]),
+    "error_bench_node_trace_cpu": (["bench", "--backend", "cpu", "--node-trace"], ["--node-trace"]),
 }
 
 
@@ -293,7 +294,8 @@ def json_output():
 
 BENCH_COLUMNS = ["backend", "mode", "exec", "sampler", "layers", "heads", "value_heads", "head_k", "head_v",
                  "io_dtype", "state_dtype", "tokens", "batch", "bucket", "rounds", "host_ms", "device_ms",
-                 "tokens_per_s", "state_bytes_per_round", "bandwidth_gbs", "copy_ceiling_gbs"]
+                 "tokens_per_s", "state_bytes_per_round", "bandwidth_gbs", "copy_ceiling_gbs", "graph_nodes",
+                 "graph_us_traced", "idle_pct", "largest_gap_us"]
 
 
 def small_bench(name):
@@ -321,6 +323,8 @@ def bench_outputs():
     for r in rows:
         if float(r["host_ms"]) <= 0 or float(r["bandwidth_gbs"]) <= 0 or r["device_ms"] != "":
             raise Failure(f"bad CPU row {r}")
+        if any(r[k] != "" for k in ("graph_nodes", "graph_us_traced", "idle_pct", "largest_gap_us")):
+            raise Failure(f"an untraced CPU row has node-trace values: {r}")
         L, HV, K, V, T, n = (int(r[k]) for k in ("layers", "value_heads", "head_k", "head_v", "tokens", "batch"))
         transfers = 1 + T + (2 if r["mode"] == "two-phase" else 0)
         if int(r["state_bytes_per_round"]) != HV * V * K * 4 * transfers * L * n:
@@ -333,7 +337,34 @@ def bench_outputs():
         raise Failure(f"the markdown table does not have 32 rows:\n{md}")
     if "CPU timings" not in md:
         raise Failure("the CPU table does not say its timings are CPU timings")
+    check_bench_aims(md, rows)
     print(md)
+
+
+def check_bench_aims(md, rows):
+    """The aims table: per T at batch 1, the two-phase baseline (graph, sampler out) over fused-accept
+    under a graph with the sampler out and in, judged against (1 + T + 2) / (1 + T)."""
+    def host_ms(mode, sampler, T):
+        (r,) = [r for r in rows if (r["mode"], r["exec"], r["sampler"], r["tokens"], r["batch"]) ==
+                (mode, "graph", sampler, str(T), "1")]
+        return float(r["host_ms"])
+    aims = [l for l in md.split("## Aims", 1)[-1].splitlines() if re.match(r"\| \d+ \|", l)]
+    if [int(l.split("|")[1]) for l in aims] != [1, 3]:
+        raise Failure(f"the aims table does not have one row per T (1 and 3):\n{md}")
+    for line in aims:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        T = int(cells[0])
+        base = host_ms("two-phase", "out", T)
+        bound = (1 + T + 2) / (1 + T)
+        if not close(float(cells[1]), base, 1e-3) or not close(float(cells[8]), bound, 1e-3):
+            raise Failure(f"aims row {line}: baseline or bound is not the CSV's / (3 + T) / (1 + T)")
+        for col, sampler in ((2, "out"), (5, "in")):
+            fused = host_ms("fused-accept", sampler, T)
+            speedup = base / fused
+            if not close(float(cells[col + 1]), speedup, 2e-3):
+                raise Failure(f"aims row {line}: speedup is not {base} / {fused}")
+            if cells[col + 2] != ("pass" if speedup >= 0.95 * bound else "miss"):
+                raise Failure(f"aims row {line}: verdict for speedup {speedup} against bound {bound}")
 
 
 @case

@@ -1,0 +1,115 @@
+#include "profiling/node_trace.h"
+
+#include <cupti.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "kdagraph/error.hpp"
+
+namespace kdagraph::profiling {
+
+namespace {
+
+// CUPTI calls its buffer callbacks on its own thread, as plain functions: the records they deliver
+// land here, keyed by the correlation id CUPTI gives every node of one graph launch (the launch's own).
+struct Collector {
+  std::mutex mutex;
+  std::map<uint32_t, std::vector<NodeInterval>> launches;
+};
+Collector& collector() {
+  static Collector c;
+  return c;
+}
+std::atomic<bool> tracing{false};
+
+constexpr size_t kBufferBytes = size_t(8) << 20;
+constexpr size_t kBufferAlign = 8;  // CUPTI's record alignment
+
+void check(CUptiResult r, const char* call) {
+  if (r == CUPTI_SUCCESS) return;
+  const char* message = nullptr;
+  cuptiGetResultString(r, &message);
+  throw Error(std::string("node trace: ") + call + " failed: " + (message ? message : "unknown CUPTI error"));
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+template <class Record>
+void add(const Record& r) {
+  if (r.graphId == 0) return;  // not launched by a graph
+  std::lock_guard<std::mutex> lock(collector().mutex);
+  collector().launches[r.correlationId].push_back(NodeInterval{r.start, r.end});
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_bytes) {
+  CUpti_Activity* record = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+        add(*reinterpret_cast<const CUpti_ActivityKernel10*>(record));
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMSET:
+        add(*reinterpret_cast<const CUpti_ActivityMemset4*>(record));
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMCPY:
+        add(*reinterpret_cast<const CUpti_ActivityMemcpy6*>(record));
+        break;
+      default:
+        break;
+    }
+  }
+  std::free(buffer);
+}
+
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMSET,
+                                         CUPTI_ACTIVITY_KIND_MEMCPY};
+
+}  // namespace
+
+NodeTrace::NodeTrace() {
+  if (tracing.exchange(true)) throw Error("node trace: one NodeTrace at a time");
+  try {
+    check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+    for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityEnable(kind), "cuptiActivityEnable");
+  } catch (...) {
+    for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
+    tracing = false;
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(collector().mutex);
+  collector().launches.clear();
+}
+
+NodeTrace::~NodeTrace() {
+  for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::lock_guard<std::mutex> lock(collector().mutex);
+  collector().launches.clear();
+  tracing = false;
+}
+
+std::vector<LaunchTimeline> NodeTrace::take() {
+  check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  size_t dropped = 0;
+  check(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped), "cuptiActivityGetNumDroppedRecords");
+  if (dropped != 0) throw Error("node trace: CUPTI dropped " + std::to_string(dropped) + " records");
+  std::map<uint32_t, std::vector<NodeInterval>> launches;
+  {
+    std::lock_guard<std::mutex> lock(collector().mutex);
+    launches.swap(collector().launches);
+  }
+  std::vector<LaunchTimeline> timelines;
+  for (auto& [correlation, nodes] : launches) timelines.push_back(summarize_launch(std::move(nodes)));
+  return timelines;
+}
+
+}  // namespace kdagraph::profiling

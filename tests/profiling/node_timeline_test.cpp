@@ -1,0 +1,81 @@
+// The idle-time arithmetic behind `kdagraph bench --node-trace` (profiling/node_timeline.h): hand-worked
+// timelines, then random ones against a nanosecond-by-nanosecond count.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "profiling/node_timeline.h"
+
+namespace kdagraph::profiling {
+namespace {
+
+TEST(NodeTimeline, EmptyLaunchIsAllZero) {
+  const LaunchTimeline t = summarize_launch({});
+  EXPECT_EQ(t.nodes, 0);
+  EXPECT_EQ(t.span_us, 0.0);
+  EXPECT_EQ(t.idle_fraction(), 0.0);
+}
+
+TEST(NodeTimeline, BackToBackNodesNeverIdle) {
+  const LaunchTimeline t = summarize_launch({{5000, 7000}, {2000, 5000}, {7000, 7500}});
+  EXPECT_EQ(t.nodes, 3);
+  EXPECT_DOUBLE_EQ(t.span_us, 5.5);
+  EXPECT_DOUBLE_EQ(t.busy_us, 5.5);
+  EXPECT_EQ(t.largest_gap_us, 0.0);
+  EXPECT_EQ(t.idle_fraction(), 0.0);
+}
+
+TEST(NodeTimeline, GapsBetweenNodesAreIdle) {
+  // Busy 0-10, 15-20, 30-40 us: 25 of 40 us, the longest gap 10 us.
+  const LaunchTimeline t = summarize_launch({{30000, 40000}, {0, 10000}, {15000, 20000}});
+  EXPECT_DOUBLE_EQ(t.span_us, 40.0);
+  EXPECT_DOUBLE_EQ(t.busy_us, 25.0);
+  EXPECT_DOUBLE_EQ(t.largest_gap_us, 10.0);
+  EXPECT_DOUBLE_EQ(t.idle_fraction(), 15.0 / 40.0);
+}
+
+TEST(NodeTimeline, OverlappingAndNestedNodesCountOnce) {
+  // Union: 0-150 and 200-210 ns; [50, 80] lies inside [0, 100], which [90, 150] extends.
+  const LaunchTimeline t = summarize_launch({{90, 150}, {0, 100}, {200, 210}, {50, 80}});
+  EXPECT_DOUBLE_EQ(t.span_us, 0.210);
+  EXPECT_DOUBLE_EQ(t.busy_us, 0.160);
+  EXPECT_DOUBLE_EQ(t.largest_gap_us, 0.050);
+}
+
+TEST(NodeTimeline, RandomTimelinesMatchACountOfEveryNanosecond) {
+  std::mt19937 rng(20261202);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int count = 1 + int(rng() % 12);
+    std::vector<NodeInterval> nodes;
+    std::vector<bool> running(400, false);
+    uint64_t first = UINT64_MAX, last = 0;
+    for (int i = 0; i < count; ++i) {
+      const uint64_t start = rng() % 300, end = start + 1 + rng() % 100;  // nodes take time
+      nodes.push_back({start, end});
+      for (uint64_t ns = start; ns < end; ++ns) running[ns] = true;
+      first = std::min(first, start);
+      last = std::max(last, end);
+    }
+    uint64_t busy = 0, gap = 0, longest_gap = 0;
+    for (uint64_t ns = first; ns < last; ++ns) {
+      busy += running[ns];
+      gap = running[ns] ? 0 : gap + 1;
+      longest_gap = std::max(longest_gap, gap);
+    }
+    const LaunchTimeline t = summarize_launch(nodes);
+    ASSERT_EQ(t.nodes, count) << "trial " << trial;
+    ASSERT_DOUBLE_EQ(t.span_us, double(last - first) * 1e-3) << "trial " << trial;
+    ASSERT_DOUBLE_EQ(t.busy_us, double(busy) * 1e-3) << "trial " << trial;
+    ASSERT_DOUBLE_EQ(t.largest_gap_us, double(longest_gap) * 1e-3) << "trial " << trial;
+  }
+}
+
+TEST(NodeTimeline, MedianOfOddAndEvenCounts) {
+  EXPECT_EQ(median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_THROW(median({}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kdagraph::profiling
