@@ -31,6 +31,7 @@ class DeviceMemory {
   explicit DeviceMemory(size_t bytes) : bytes_(bytes) {
     KDA_CUDA_CHECK(cudaMalloc(&data_, bytes));
     KDA_CUDA_CHECK(cudaMemset(data_, 0, bytes));
+    KDA_CUDA_CHECK(cudaDeviceSynchronize());  // the benchmark's non-blocking stream does not wait for it
   }
   ~DeviceMemory() { KDA_CUDA_CHECK_NOTHROW(cudaFree(data_)); }
   DeviceMemory(const DeviceMemory&) = delete;

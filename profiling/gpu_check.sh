@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # the stage functions run through run_stage
 # The GPU check, in one run on a machine with a CUDA device (nvcc, cmake, ninja, compute-sanitizer; no
-# network, no GoogleTest installed): configure, build, the gpu-labelled tests, the verify benchmark,
-# compute-sanitizer memcheck and racecheck over a fast subset of the GPU tests, then any other GPU
-# benchmark (kdagraph bench; its arguments from KDAGRAPH_BENCH_ARGS). Logs, CSVs and a summary land in
-# ./gpu_out; when $OUT is set (the device tool's return folder, which brings back at most 8 files) the
-# summary, the CSVs, the JUnit XML and a tarball of every log are copied there. A failing stage does not stop the next one; the exit status is non-zero if
-# any stage failed or ran out of time. The whole run stays within ${KDA_CHECK_BUDGET_S:-460} seconds
-# (plus at most 10 s to stop a stage that overruns): stages start in priority order and get what is
-# left of the budget. A stage whose tool cannot run on this machine (compute-sanitizer refuses some
-# virtualized GPUs) is UNAVAILABLE, not passed; then the exit status is 3 unless something failed.
+# network, no GoogleTest installed), in priority order: configure, build, the gpu-labelled tests, the
+# verify benchmark, the round benchmark (kdagraph bench with --node-trace on the Kimi presets; other
+# arguments from KDAGRAPH_BENCH_ARGS), the command line checked against the CPU reference, then
+# compute-sanitizer memcheck and racecheck over a fast subset of the GPU tests. Logs, CSVs and a summary
+# land in ./gpu_out; when $OUT is set (the device tool's return folder, which brings back at most 8
+# files) the summary, the benchmark CSVs and tables, and a tarball of every log (the JUnit XML too) are
+# copied there. A failing stage does not stop the next one; the exit status is 1 if any stage failed or
+# ran out of time. The whole run stays within ${KDA_CHECK_BUDGET_S:-460} seconds (plus at most 10 s to
+# stop a stage that overruns): each stage gets its cap or what is left of the budget. A stage whose tool
+# cannot run on this machine (compute-sanitizer refuses some virtualized GPUs) is UNAVAILABLE, not
+# passed; then the exit status is 3 unless something failed.
 #
 # Run from the repository root:  profiling/gpu_check.sh
+# A second, targeted run: KDA_STAGES=configure,build,memcheck,racecheck profiling/gpu_check.sh (the other
+# stages report "not selected").
 # GoogleTest comes from source: ${KDAGRAPH_GTEST_SOURCE_DIR}, else ./.gtest (a copy of /usr/src/googletest,
 # whose top-level CMakeLists.txt builds gtest), else /usr/src/googletest.
 set -u
@@ -39,6 +43,10 @@ run_stage() {
   local left=$((DEADLINE - $(date +%s)))
   local limit=$((cap < left ? cap : left))
   local log="$OUT/$name.log" result rc t0 t1
+  if [[ -n "${KDA_STAGES:-}" && ",$KDA_STAGES," != *",$name,"* ]]; then
+    STAGES+=("$name") RESULTS+=("not selected") SECONDS_USED+=(0)
+    return
+  fi
   if ((limit < 10)); then
     echo "== $name: skipped, out of time" | tee "$log"
     STAGES+=("$name") RESULTS+=("SKIP (no time)") SECONDS_USED+=(0) FAILED=1
@@ -109,7 +117,7 @@ stage_build() {
 
 stage_gpu_tests() {
   [[ -d "$BUILD/tests" ]] || { echo "tests were not built (no GoogleTest sources)"; exit 1; }
-  ctest --test-dir "$BUILD" -L gpu -j 8 --timeout 240 --no-tests=error --output-on-failure \
+  ctest --test-dir "$BUILD" -L gpu -j 8 --timeout 90 --no-tests=error --output-on-failure \
     --output-junit "$OUT/ctest_gpu.xml"
 }
 
@@ -201,10 +209,10 @@ run_stage configure 90 stage_configure
 run_stage build 240 stage_build
 run_stage gpu_tests 150 stage_gpu_tests
 run_stage bench_verify 90 stage_bench_verify
+run_stage other_benches 150 stage_other_benches
+run_stage cli_check 60 stage_cli_check
 run_stage memcheck 120 stage_memcheck
 run_stage racecheck 90 stage_racecheck
-run_stage cli_check 60 stage_cli_check
-run_stage other_benches 150 stage_other_benches
 
 # The benchmark's own table, then the summary, last.
 if [[ -f "$OUT/bench_verify.log" ]]; then

@@ -1,7 +1,9 @@
 #include "profiling/node_timeline.h"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
+#include <utility>
 
 namespace kdagraph::profiling {
 
@@ -26,6 +28,25 @@ LaunchTimeline summarize_launch(std::vector<NodeInterval> nodes) {
   t.busy_us = double(busy) * 1e-3;
   t.largest_gap_us = double(largest_gap) * 1e-3;
   return t;
+}
+
+std::vector<LaunchTimeline> split_launches(std::vector<NodeRecord> records) {
+  std::stable_sort(records.begin(), records.end(),
+                   [](const NodeRecord& a, const NodeRecord& b) { return a.time.start_ns < b.time.start_ns; });
+  std::vector<uint32_t> graphs;                                 // in order of first run
+  std::map<uint32_t, std::vector<std::vector<NodeInterval>>> launches;  // graph -> launch -> nodes
+  std::map<std::pair<uint32_t, uint64_t>, size_t> runs;         // (graph, node) -> runs so far
+  for (const NodeRecord& r : records) {
+    if (launches.count(r.graph) == 0) graphs.push_back(r.graph);
+    auto& of_graph = launches[r.graph];
+    const size_t launch = runs[{r.graph, r.node}]++;
+    if (of_graph.size() <= launch) of_graph.resize(launch + 1);
+    of_graph[launch].push_back(r.time);
+  }
+  std::vector<LaunchTimeline> timelines;
+  for (uint32_t g : graphs)
+    for (std::vector<NodeInterval>& nodes : launches[g]) timelines.push_back(summarize_launch(std::move(nodes)));
+  return timelines;
 }
 
 double median(std::vector<double> values) {

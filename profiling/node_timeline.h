@@ -27,6 +27,19 @@ struct LaunchTimeline {
 // The timeline of one launch; `nodes` in any order, possibly overlapping. Empty: all zero.
 LaunchTimeline summarize_launch(std::vector<NodeInterval> nodes);
 
+// One node's run as a tracer reports it: the instantiated graph and the node that ran.
+struct NodeRecord {
+  uint32_t graph = 0;
+  uint64_t node = 0;
+  NodeInterval time;
+};
+
+// Splits the node runs of replays of graphs into launches, without trusting the tracer's correlation
+// ids (CUPTI 13.0 gets them wrong after its first session): a launch runs each of its graph's nodes
+// once, and launches of one graph run one after another, so by start time the i-th run of every node
+// of a graph belongs to its i-th launch. Launches in order of their graph's first run, then of launch.
+std::vector<LaunchTimeline> split_launches(std::vector<NodeRecord> records);
+
 // Median of a non-empty list.
 double median(std::vector<double> values);
 

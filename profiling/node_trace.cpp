@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <string>
 
@@ -15,10 +14,10 @@ namespace kdagraph::profiling {
 namespace {
 
 // CUPTI calls its buffer callbacks on its own thread, as plain functions: the records they deliver
-// land here, keyed by the correlation id CUPTI gives every node of one graph launch (the launch's own).
+// land here.
 struct Collector {
   std::mutex mutex;
-  std::map<uint32_t, std::vector<NodeInterval>> launches;
+  std::vector<NodeRecord> records;
 };
 Collector& collector() {
   static Collector c;
@@ -46,7 +45,7 @@ template <class Record>
 void add(const Record& r) {
   if (r.graphId == 0) return;  // not launched by a graph
   std::lock_guard<std::mutex> lock(collector().mutex);
-  collector().launches[r.correlationId].push_back(NodeInterval{r.start, r.end});
+  collector().records.push_back(NodeRecord{r.graphId, r.graphNodeId, NodeInterval{r.start, r.end}});
 }
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_bytes) {
@@ -86,14 +85,14 @@ NodeTrace::NodeTrace() {
     throw;
   }
   std::lock_guard<std::mutex> lock(collector().mutex);
-  collector().launches.clear();
+  collector().records.clear();
 }
 
 NodeTrace::~NodeTrace() {
   for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(collector().mutex);
-  collector().launches.clear();
+  collector().records.clear();
   tracing = false;
 }
 
@@ -102,14 +101,12 @@ std::vector<LaunchTimeline> NodeTrace::take() {
   size_t dropped = 0;
   check(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped), "cuptiActivityGetNumDroppedRecords");
   if (dropped != 0) throw Error("node trace: CUPTI dropped " + std::to_string(dropped) + " records");
-  std::map<uint32_t, std::vector<NodeInterval>> launches;
+  std::vector<NodeRecord> records;
   {
     std::lock_guard<std::mutex> lock(collector().mutex);
-    launches.swap(collector().launches);
+    records.swap(collector().records);
   }
-  std::vector<LaunchTimeline> timelines;
-  for (auto& [correlation, nodes] : launches) timelines.push_back(summarize_launch(std::move(nodes)));
-  return timelines;
+  return split_launches(std::move(records));
 }
 
 }  // namespace kdagraph::profiling

@@ -1,5 +1,6 @@
 // The nodes of replayed CUDA graphs as the device ran them: CUPTI's activity records of every kernel,
-// memset and memcpy launched by a graph, grouped by the graph launch they belong to. This is the data
+// memset and memcpy launched by a graph, split into the graph launches they belong to
+// (split_launches). This is the data
 // behind Nsight Systems' `--cuda-graph-trace=node`, for machines where nsys cannot run. Built when the
 // toolkit has CUPTI (KDAGRAPH_WITH_CUPTI).
 //
@@ -24,7 +25,8 @@ class NodeTrace {
   NodeTrace& operator=(const NodeTrace&) = delete;
 
   // Call after the traced work has finished (synchronize first). The timelines of the graph launches
-  // whose nodes CUPTI delivered since the last call, in launch order. Throws when CUPTI dropped records.
+  // whose nodes CUPTI delivered since the last call. Throws when CUPTI dropped records. Launches of one
+  // graph must not overlap in time (launch them on one stream).
   std::vector<LaunchTimeline> take();
 };
 

@@ -82,6 +82,7 @@ OptionTable bench_options(BenchOptions& o) {
 #if defined(KDAGRAPH_WITH_CUPTI)
            o.node_trace = true;
 #else
+           (void)o;
            throw UsageError("--node-trace: this build has no CUPTI (it needs the CUDA toolkit's CUPTI library)");
 #endif
          });
@@ -108,11 +109,18 @@ struct Result {
 
 using profiling::median;
 
-// The per-point medians of the traced rounds' graph timelines; one timeline per graph launch.
-void add_timelines(Result& res, const std::vector<profiling::LaunchTimeline>& timelines) {
-  if (timelines.empty()) throw Error("--node-trace: CUPTI recorded no graph launch for a graph point");
+#if defined(KDAGRAPH_WITH_CUPTI)
+// The per-point medians of the traced rounds' graph timelines. Each traced round launched one graph, so
+// anything but `launches` timelines of one node count means the trace cannot be trusted here.
+void add_timelines(Result& res, const std::vector<profiling::LaunchTimeline>& timelines, int32_t launches) {
+  if (timelines.size() != size_t(launches))
+    throw Error("--node-trace: the trace holds " + std::to_string(timelines.size()) + " graph launches, not the " +
+                std::to_string(launches) + " launched");
   std::vector<double> nodes, span, idle, gap;
   for (const profiling::LaunchTimeline& t : timelines) {
+    if (t.nodes != timelines.front().nodes)
+      throw Error("--node-trace: launches of one graph ran " + std::to_string(timelines.front().nodes) + " and " +
+                  std::to_string(t.nodes) + " nodes");
     nodes.push_back(t.nodes);
     span.push_back(t.span_us);
     idle.push_back(100.0 * t.idle_fraction());
@@ -123,6 +131,7 @@ void add_timelines(Result& res, const std::vector<profiling::LaunchTimeline>& ti
   res.idle_pct = median(idle);
   res.largest_gap_us = median(gap);
 }
+#endif
 
 // SPEC §7: state-sized transfers per layer and request: 1 + T in verify, 2 more in the two-phase commit.
 double state_bytes_per_round(const HostEngineConfig& c, int32_t rows) {
@@ -180,7 +189,7 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
       profiling::NodeTrace trace;
       for (int32_t r = 0; r < rounds; ++r) engine.run_round(stream.get());
       stream.synchronize();
-      add_timelines(res, trace.take());
+      add_timelines(res, trace.take(), rounds);
     } catch (const Error& failure) {
       trace_problem = failure.what();
       std::fprintf(stderr, "kdagraph bench: node trace off for the rest of the sweep: %s\n", failure.what());
@@ -359,16 +368,18 @@ int bench(BenchOptions o) {
   std::vector<Result> results;
   std::string trace_problem;
   Progress progress(int64_t(points.size()), "point");
+  // The files are rewritten after every point, so a sweep stopped by a time limit keeps what it measured.
+  const auto write_files = [&] {
+    if (!o.md.empty()) write_file("--md", o.md, markdown(results, base, o.model.preset, ceiling, trace_problem));
+    if (!o.csv.empty()) write_file("--csv", o.csv, csv_text(results, base, ceiling));
+  };
   for (const Point& p : points) {
     results.push_back(run_point(p, base, o, rounds, trace_problem));
+    write_files();
     progress.update(int64_t(results.size()));
   }
   progress.finish();
-
-  const std::string md = markdown(results, base, o.model.preset, ceiling, trace_problem);
-  std::fputs(md.c_str(), stdout);
-  if (!o.md.empty()) write_file("--md", o.md, md);
-  if (!o.csv.empty()) write_file("--csv", o.csv, csv_text(results, base, ceiling));
+  std::fputs(markdown(results, base, o.model.preset, ceiling, trace_problem).c_str(), stdout);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstdint>
 #include <random>
 #include <set>
 #include <string>
@@ -185,9 +186,17 @@ TEST(GraphRunnerCuda, ManyRoundsGraphEqualsEagerBitwise) {
   }
 }
 
+__device__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // Holds the device until the host releases it: any host synchronization while it spins would hang.
+// Gives up after 20 s of device time, so a flag the device never sees fails the test instead of hanging.
 __global__ void spin_until(const volatile int* flag) {
-  while (*flag == 0) {
+  const uint64_t t0 = global_ns();
+  while (*flag == 0 && global_ns() - t0 < 20000000000ull) {
   }
 }
 

@@ -2,6 +2,7 @@
 // timelines, then random ones against a nanosecond-by-nanosecond count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -69,6 +70,33 @@ TEST(NodeTimeline, RandomTimelinesMatchACountOfEveryNanosecond) {
     ASSERT_DOUBLE_EQ(t.busy_us, double(busy) * 1e-3) << "trial " << trial;
     ASSERT_DOUBLE_EQ(t.largest_gap_us, double(longest_gap) * 1e-3) << "trial " << trial;
   }
+}
+
+TEST(NodeTimeline, RunsOfEachNodeSplitIntoLaunchesInOrder) {
+  // Graph 7 (nodes 1, 2, 3) launched three times, 100 us apart; graph 9 (node 5) twice, after them. Each
+  // launch: node 1 at +0..10 us, node 2 at +12..20, node 3 at +20..30; node 5 runs 0..4 us.
+  std::vector<NodeRecord> records;
+  for (uint64_t launch = 0; launch < 3; ++launch) {
+    const uint64_t t = launch * 100000;
+    records.push_back({7, 1, {t, t + 10000}});
+    records.push_back({7, 2, {t + 12000, t + 20000}});
+    records.push_back({7, 3, {t + 20000, t + 30000}});
+  }
+  for (uint64_t launch = 0; launch < 2; ++launch) records.push_back({9, 5, {400000 + launch * 10000, 404000 + launch * 10000}});
+  std::shuffle(records.begin(), records.end(), std::mt19937(7));
+  const std::vector<LaunchTimeline> launches = split_launches(records);
+  ASSERT_EQ(launches.size(), 5u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(launches[i].nodes, 3) << "launch " << i;
+    EXPECT_DOUBLE_EQ(launches[i].span_us, 30.0) << "launch " << i;
+    EXPECT_DOUBLE_EQ(launches[i].busy_us, 28.0) << "launch " << i;
+    EXPECT_DOUBLE_EQ(launches[i].largest_gap_us, 2.0) << "launch " << i;
+  }
+  for (size_t i = 3; i < 5; ++i) {
+    EXPECT_EQ(launches[i].nodes, 1) << "launch " << i;
+    EXPECT_DOUBLE_EQ(launches[i].span_us, 4.0) << "launch " << i;
+  }
+  EXPECT_TRUE(split_launches({}).empty());
 }
 
 TEST(NodeTimeline, MedianOfOddAndEvenCounts) {
