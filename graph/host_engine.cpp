@@ -8,6 +8,7 @@
 
 #include "graph/cpu_capture.h"
 #include "graph/validate.h"
+#include "kernels/cuda_check.h"
 #include "kernels/memory.h"
 #include "kernels/synthetic.h"
 
@@ -121,8 +122,8 @@ struct HostEngine::Impl {
       return;
     }
 #if defined(KDAGRAPH_WITH_CUDA)
-    if (launch_synthetic_inputs(p, s.stream) != cudaSuccess)
-      throw Error("launch of synthetic_inputs failed (rows=" + std::to_string(rows) + ")");
+    detail::check_launch(launch_synthetic_inputs(p, s.stream), "synthetic_inputs",
+                         "rows=" + std::to_string(rows));
 #endif
   }
 
@@ -157,8 +158,8 @@ struct HostEngine::Impl {
       detail::cpu_submit([p] { synthetic_sampler_cpu(p); });
     } else {
 #if defined(KDAGRAPH_WITH_CUDA)
-      if (launch_synthetic_sampler(p, s.stream) != cudaSuccess)
-        throw Error("launch of synthetic_sampler failed (rows=" + std::to_string(rows) + ")");
+      detail::check_launch(launch_synthetic_sampler(p, s.stream), "synthetic_sampler",
+                           "rows=" + std::to_string(rows));
 #endif
     }
     return accepted.as<int32_t>();
@@ -182,7 +183,8 @@ struct HostEngine::Impl {
         detail::cpu_submit([p] { synthetic_state_cpu(p); });
       } else {
 #if defined(KDAGRAPH_WITH_CUDA)
-        if (launch_synthetic_state(p, s.stream) != cudaSuccess) throw Error("launch of synthetic_state failed");
+        detail::check_launch(launch_synthetic_state(p, s.stream), "synthetic_state",
+                             "slot=" + std::to_string(r.slot) + " layers=" + std::to_string(p.layers));
 #endif
       }
       verifier.enqueue_prefill(s, r.slot, join_state.data());  // stream-ordered before the next reuse

@@ -61,12 +61,6 @@ class UploadRing {
   int next_ = 0;
 };
 
-void check_launch(cudaError_t err, const char* kernel, const std::string& shape) {
-  if (err != cudaSuccess)
-    throw Error(std::string("launch of ") + kernel + " (" + shape + ") failed: " + cudaGetErrorName(err) +
-                ": " + cudaGetErrorString(err));
-}
-
 }  // namespace
 #endif
 
@@ -303,7 +297,7 @@ void Verifier::enqueue_indices(const Stream& s, int32_t rows) {
     return;
   }
 #if defined(KDAGRAPH_WITH_CUDA)
-  check_launch(launch_build_indices(p, s.stream), "build_indices", m.shape(rows));
+  detail::check_launch(launch_build_indices(p, s.stream), "build_indices", m.shape(rows));
 #endif
 }
 
@@ -344,7 +338,7 @@ void Verifier::enqueue_verify(const Stream& s, int32_t layer, const LayerInputs&
     return;
   }
 #if defined(KDAGRAPH_WITH_CUDA)
-  check_launch(launch_verify(p, s.stream), "verify", m.shape(rows));
+  detail::check_launch(launch_verify(p, s.stream), "verify", m.shape(rows));
 #endif
 }
 
@@ -377,7 +371,7 @@ void Verifier::enqueue_accept(const Stream& s, const int32_t* accepted, int32_t 
     return;
   }
 #if defined(KDAGRAPH_WITH_CUDA)
-  check_launch(launch_accept(p, s.stream), "accept", m.shape(rows));
+  detail::check_launch(launch_accept(p, s.stream), "accept", m.shape(rows));
 #endif
 }
 
@@ -408,7 +402,7 @@ void Verifier::enqueue_commit(const Stream& s, int32_t rows) {
     return;
   }
 #if defined(KDAGRAPH_WITH_CUDA)
-  check_launch(launch_copy_accepted_states(p, s.stream), "commit", m.shape(rows));
+  detail::check_launch(launch_copy_accepted_states(p, s.stream), "commit", m.shape(rows));
 #endif
 }
 
@@ -432,8 +426,10 @@ void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_
     return;
   }
 #if defined(KDAGRAPH_WITH_CUDA)
-  check_launch(launch_copy_accepted_states(p, s.stream), "materialize", "count=" + std::to_string(count));
-  check_launch(launch_reset_accept_len(p, s.stream), "materialize_reset", "count=" + std::to_string(count));
+  detail::check_launch(launch_copy_accepted_states(p, s.stream), "materialize",
+                       "count=" + std::to_string(count));
+  detail::check_launch(launch_reset_accept_len(p, s.stream), "materialize_reset",
+                       "count=" + std::to_string(count));
 #endif
 }
 

@@ -14,6 +14,12 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
               cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
+void check_launch(cudaError_t err, const char* kernel, const std::string& shape) {
+  if (err != cudaSuccess)
+    throw Error(std::string("launch of ") + kernel + " (" + shape + ") failed: " + cudaGetErrorName(err) +
+                ": " + cudaGetErrorString(err));
+}
+
 // Formats straight to stderr: building a std::string could throw, and destructors call this.
 void warn_cuda_error(cudaError_t err, const char* call, const char* file, int line) noexcept {
   std::fprintf(stderr, "kdagraph: warning: %s failed at %s:%d: %s: %s\n", call, file, line,

@@ -10,6 +10,8 @@
 namespace kdagraph::detail {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
 void warn_cuda_error(cudaError_t err, const char* call, const char* file, int line) noexcept;
+// For a kernel launcher's result: throws naming the kernel, the shape it was launched for and the error.
+void check_launch(cudaError_t err, const char* kernel, const std::string& shape);
 }  // namespace kdagraph::detail
 
 #define KDA_CUDA_CHECK(call)                                                              \

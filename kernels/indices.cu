@@ -17,8 +17,8 @@ namespace kdagraph {
 
 cudaError_t launch_build_indices(const IndexBuildParams& p, cudaStream_t stream) {
   try {
-    thrust::for_each_n(thrust::cuda::par_nosync.on(stream), thrust::counting_iterator<int32_t>(0),
-                       p.rows, BuildIndices{p});
+    thrust::for_each_n(thrust::cuda::par_nosync.on(stream), thrust::counting_iterator<int32_t>(0), p.rows,
+                       BuildIndices{p});
   } catch (const thrust::system_error& e) {
     // Thrust reports a failed launch by throwing; callers of this launcher expect the CUDA error.
     return e.code().category() == thrust::cuda_category() ? static_cast<cudaError_t>(e.code().value())

@@ -31,11 +31,12 @@ LaunchTimeline summarize_launch(std::vector<NodeInterval> nodes) {
 }
 
 std::vector<LaunchTimeline> split_launches(std::vector<NodeRecord> records) {
-  std::stable_sort(records.begin(), records.end(),
-                   [](const NodeRecord& a, const NodeRecord& b) { return a.time.start_ns < b.time.start_ns; });
-  std::vector<uint32_t> graphs;                                 // in order of first run
+  std::stable_sort(records.begin(), records.end(), [](const NodeRecord& a, const NodeRecord& b) {
+    return a.time.start_ns < b.time.start_ns;
+  });
+  std::vector<uint32_t> graphs;                                         // in order of first run
   std::map<uint32_t, std::vector<std::vector<NodeInterval>>> launches;  // graph -> launch -> nodes
-  std::map<std::pair<uint32_t, uint64_t>, size_t> runs;         // (graph, node) -> runs so far
+  std::map<std::pair<uint32_t, uint64_t>, size_t> runs;                 // (graph, node) -> runs so far
   for (const NodeRecord& r : records) {
     if (launches.count(r.graph) == 0) graphs.push_back(r.graph);
     auto& of_graph = launches[r.graph];
@@ -45,7 +46,8 @@ std::vector<LaunchTimeline> split_launches(std::vector<NodeRecord> records) {
   }
   std::vector<LaunchTimeline> timelines;
   for (uint32_t g : graphs)
-    for (std::vector<NodeInterval>& nodes : launches[g]) timelines.push_back(summarize_launch(std::move(nodes)));
+    for (std::vector<NodeInterval>& nodes : launches[g])
+      timelines.push_back(summarize_launch(std::move(nodes)));
   return timelines;
 }
 

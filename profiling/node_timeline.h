@@ -16,9 +16,9 @@ struct NodeInterval {
 
 struct LaunchTimeline {
   int32_t nodes = 0;
-  double span_us = 0;          // first node's start to last node's end
-  double busy_us = 0;          // length of the union of the nodes' intervals (overlaps counted once)
-  double largest_gap_us = 0;   // longest stretch inside the span with no node running
+  double span_us = 0;         // first node's start to last node's end
+  double busy_us = 0;         // length of the union of the nodes' intervals (overlaps counted once)
+  double largest_gap_us = 0;  // longest stretch inside the span with no node running
 
   // Share of the span with no node running: 0 when the nodes run back to back (or the launch is one node).
   double idle_fraction() const { return span_us > 0 ? 1.0 - busy_us / span_us : 0.0; }

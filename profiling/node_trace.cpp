@@ -77,7 +77,8 @@ constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 
 NodeTrace::NodeTrace() {
   if (tracing.exchange(true)) throw Error("node trace: one NodeTrace at a time");
   try {
-    check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+    check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
+          "cuptiActivityRegisterCallbacks");
     for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityEnable(kind), "cuptiActivityEnable");
   } catch (...) {
     for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);

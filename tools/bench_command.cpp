@@ -114,13 +114,13 @@ using profiling::median;
 // anything but `launches` timelines of one node count means the trace cannot be trusted here.
 void add_timelines(Result& res, const std::vector<profiling::LaunchTimeline>& timelines, int32_t launches) {
   if (timelines.size() != size_t(launches))
-    throw Error("--node-trace: the trace holds " + std::to_string(timelines.size()) + " graph launches, not the " +
-                std::to_string(launches) + " launched");
+    throw Error("--node-trace: the trace holds " + std::to_string(timelines.size()) +
+                " graph launches, not the " + std::to_string(launches) + " launched");
   std::vector<double> nodes, span, idle, gap;
   for (const profiling::LaunchTimeline& t : timelines) {
     if (t.nodes != timelines.front().nodes)
-      throw Error("--node-trace: launches of one graph ran " + std::to_string(timelines.front().nodes) + " and " +
-                  std::to_string(t.nodes) + " nodes");
+      throw Error("--node-trace: launches of one graph ran " + std::to_string(timelines.front().nodes) +
+                  " and " + std::to_string(t.nodes) + " nodes");
     nodes.push_back(t.nodes);
     span.push_back(t.span_us);
     idle.push_back(100.0 * t.idle_fraction());
@@ -185,7 +185,7 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   res.bandwidth_gbs = res.state_bytes / (ms * 1e-3) / 1e9;
 #if defined(KDAGRAPH_WITH_CUPTI)
   if (o.node_trace && trace_problem.empty() && p.exec == Exec::graph) {  // after the timed rounds: tracing
-    try {                                                                  // slows each node down
+    try {                                                                // slows each node down
       profiling::NodeTrace trace;
       for (int32_t r = 0; r < rounds; ++r) engine.run_round(stream.get());
       stream.synchronize();
@@ -211,19 +211,22 @@ std::string fmt(const char* format, double v) {
 
 std::string csv_text(const std::vector<Result>& results, const EngineSetup& base, double ceiling) {
   std::string out =
-      "backend,mode,exec,sampler,layers,heads,value_heads,head_k,head_v,io_dtype,state_dtype,tokens,batch,bucket,"
-      "rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs,graph_nodes,"
+      "backend,mode,exec,sampler,layers,heads,value_heads,head_k,head_v,io_dtype,state_dtype,tokens,batch,"
+      "bucket,"
+      "rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs,graph_"
+      "nodes,"
       "graph_us_traced,idle_pct,largest_gap_us\n";
   const ModelShape& m = base.model;
   for (const Result& r : results) {
-    out += std::string(to_string(base.backend)) + "," + to_string(r.p.mode) + "," + to_string(r.p.exec) + "," +
-           kSamplerNames[r.p.sampler_in ? 0 : 1] + "," + std::to_string(m.layers) + "," + std::to_string(m.heads) +
-           "," + std::to_string(m.value_heads) + "," + std::to_string(m.head_k) + "," + std::to_string(m.head_v) +
-           "," + to_string(base.io) + "," + to_string(base.state) + "," + std::to_string(r.p.tokens) + "," +
-           std::to_string(r.p.batch) + "," + std::to_string(r.bucket) + "," + std::to_string(r.rounds) + "," +
-           fmt("%.6g", r.host_ms) + "," + fmt("%.6g", r.device_ms) + "," + fmt("%.6g", r.tokens_per_s) + "," +
-           fmt("%.0f", r.state_bytes) + "," + fmt("%.6g", r.bandwidth_gbs) + "," + fmt("%.6g", ceiling) + "," +
-           fmt("%.6g", r.graph_nodes) + "," + fmt("%.6g", r.graph_us) + "," + fmt("%.6g", r.idle_pct) + "," +
+    out += std::string(to_string(base.backend)) + "," + to_string(r.p.mode) + "," + to_string(r.p.exec) +
+           "," + kSamplerNames[r.p.sampler_in ? 0 : 1] + "," + std::to_string(m.layers) + "," +
+           std::to_string(m.heads) + "," + std::to_string(m.value_heads) + "," + std::to_string(m.head_k) +
+           "," + std::to_string(m.head_v) + "," + to_string(base.io) + "," + to_string(base.state) + "," +
+           std::to_string(r.p.tokens) + "," + std::to_string(r.p.batch) + "," + std::to_string(r.bucket) +
+           "," + std::to_string(r.rounds) + "," + fmt("%.6g", r.host_ms) + "," + fmt("%.6g", r.device_ms) +
+           "," + fmt("%.6g", r.tokens_per_s) + "," + fmt("%.0f", r.state_bytes) + "," +
+           fmt("%.6g", r.bandwidth_gbs) + "," + fmt("%.6g", ceiling) + "," + fmt("%.6g", r.graph_nodes) +
+           "," + fmt("%.6g", r.graph_us) + "," + fmt("%.6g", r.idle_pct) + "," +
            fmt("%.6g", r.largest_gap_us) + "\n";
   }
   return out;
@@ -260,19 +263,23 @@ std::string aims_markdown(const std::vector<Result>& results, bool cuda, const s
       return fmt("%.4g", round_ms(fused)) + " | " + fmt("%.3f", speedup) + " | " +
              (speedup >= 0.95 * bound ? "pass" : "miss");
     };
-    rows += "| " + std::to_string(T) + " | " + fmt("%.4g", round_ms(base)) + " | " + judged(fused_out) + " | " +
-            judged(fused_in) + " | " + fmt("%.3f", bound) + " |\n";
+    rows += "| " + std::to_string(T) + " | " + fmt("%.4g", round_ms(base)) + " | " + judged(fused_out) +
+            " | " + judged(fused_in) + " | " + fmt("%.3f", bound) + " |\n";
   }
   if (rows.empty()) {
-    out += "Fused-accept against two-phase: needs batch 1, both modes, the graph execution and both sampler "
-           "placements in the sweep.\n";
+    out +=
+        "Fused-accept against two-phase: needs batch 1, both modes, the graph execution and both sampler "
+        "placements in the sweep.\n";
   } else {
-    out += std::string("Batch 1, ms per round (") + (cuda ? "device" : "host") +
-           " time). Baseline: two-phase, verify graph, then accept and commit launched separately. Fused-accept "
-           "graph with the sampler outside the graph (same launches, no commit), and with the whole round in "
-           "the graph. Aim: speedup >= 95% of the byte bound (1 + T + 2) / (1 + T).\n\n";
-    out += "| T | two-phase ms | fused, sampler out ms | speedup | aim | fused, whole round ms | speedup | aim | "
-           "bound |\n";
+    out +=
+        std::string("Batch 1, ms per round (") + (cuda ? "device" : "host") +
+        " time). Baseline: two-phase, verify graph, then accept and commit launched separately. Fused-accept "
+        "graph with the sampler outside the graph (same launches, no commit), and with the whole round in "
+        "the graph. Aim: speedup >= 95% of the byte bound (1 + T + 2) / (1 + T).\n\n";
+    out +=
+        "| T | two-phase ms | fused, sampler out ms | speedup | aim | fused, whole round ms | speedup | aim "
+        "| "
+        "bound |\n";
     out += "|---:|---:|---:|---:|---|---:|---:|---|---:|\n";
     out += rows;
   }
@@ -286,12 +293,14 @@ std::string aims_markdown(const std::vector<Result>& results, bool cuda, const s
   }
   if (worst != nullptr) {
     out += "\nIdle between the nodes of a replayed round (aim: under 5%): " + std::to_string(under) + " of " +
-           std::to_string(traced) + " traced graph points meet it; the worst is " + fmt("%.2f", worst->idle_pct) +
-           "% (" + to_string(worst->p.mode) + ", sampler " + kSamplerNames[worst->p.sampler_in ? 0 : 1] +
-           ", T " + std::to_string(worst->p.tokens) + ", batch " + std::to_string(worst->p.batch) +
+           std::to_string(traced) + " traced graph points meet it; the worst is " +
+           fmt("%.2f", worst->idle_pct) + "% (" + to_string(worst->p.mode) + ", sampler " +
+           kSamplerNames[worst->p.sampler_in ? 0 : 1] + ", T " + std::to_string(worst->p.tokens) +
+           ", batch " + std::to_string(worst->p.batch) +
            "), measured under CUPTI tracing, which slows each node.\n";
   }
-  if (!trace_problem.empty()) out += "\nIdle between the nodes of a replayed round: not measured (" + trace_problem + ").\n";
+  if (!trace_problem.empty())
+    out += "\nIdle between the nodes of a replayed round: not measured (" + trace_problem + ").\n";
   return out;
 }
 
@@ -302,20 +311,24 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
       std::any_of(results.begin(), results.end(), [](const Result& r) { return !std::isnan(r.graph_us); });
   std::string out = "# kdagraph bench: " + std::string(to_string(base.backend)) + ", preset " + preset + " (" +
                     describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) + "\n\n";
-  out += "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
-         (cuda ? "device-to-device cudaMemcpy" : "memcpy on the CPU cores") +
-         ", bytes read + written). State GB/s: the bytes SPEC 7 says a round moves over " +
-         (cuda ? "the device time" : "the host time") + ". " +
-         (cuda ? "Device time from CUDA events; host time is the launch cost of the round."
-               : "CPU timings: the CPU backend on this machine, not a GPU.") +
-         " Sampler `in`: sampler, accept (and the two-phase commit) inside the round; `out`: separate launches "
-         "after it.";
+  out +=
+      "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
+      (cuda ? "device-to-device cudaMemcpy" : "memcpy on the CPU cores") +
+      ", bytes read + written). State GB/s: the bytes SPEC 7 says a round moves over " +
+      (cuda ? "the device time" : "the host time") + ". " +
+      (cuda ? "Device time from CUDA events; host time is the launch cost of the round."
+            : "CPU timings: the CPU backend on this machine, not a GPU.") +
+      " Sampler `in`: sampler, accept (and the two-phase commit) inside the round; `out`: separate launches "
+      "after it.";
   if (traced)
-    out += " Traced (graph points, separate rounds under CUPTI): the nodes of one replayed graph, its span "
-           "from the first node's start to the last node's end, the share of that span with no node running, "
-           "and the longest such gap; medians over the replays.";
+    out +=
+        " Traced (graph points, separate rounds under CUPTI): the nodes of one replayed graph, its span "
+        "from the first node's start to the last node's end, the share of that span with no node running, "
+        "and the longest such gap; medians over the replays.";
   out += "\n\n";
-  out += "| mode | exec | sampler | T | batch | host ms/round | device ms/round | tokens/s | state GB/s | % of copy |";
+  out +=
+      "| mode | exec | sampler | T | batch | host ms/round | device ms/round | tokens/s | state GB/s | % of "
+      "copy |";
   out += traced ? " nodes | graph us (traced) | idle % | longest gap us |\n" : "\n";
   out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|";
   out += traced ? "---:|---:|---:|---:|\n" : "\n";
@@ -326,8 +339,8 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
            (cuda ? fmt("%.4g", r.device_ms) : "-") + " | " + fmt("%.4g", r.tokens_per_s) + " | " +
            fmt("%.4g", r.bandwidth_gbs) + " | " + fmt("%.1f", 100.0 * r.bandwidth_gbs / ceiling) + " |";
     if (traced)
-      out += " " + fmt("%.0f", r.graph_nodes) + " | " + fmt("%.1f", r.graph_us) + " | " + fmt("%.2f", r.idle_pct) +
-             " | " + fmt("%.2f", r.largest_gap_us) + " |";
+      out += " " + fmt("%.0f", r.graph_nodes) + " | " + fmt("%.1f", r.graph_us) + " | " +
+             fmt("%.2f", r.idle_pct) + " | " + fmt("%.2f", r.largest_gap_us) + " |";
     out += "\n";
   }
   out += aims_markdown(results, cuda, trace_problem);
@@ -370,7 +383,8 @@ int bench(BenchOptions o) {
   Progress progress(int64_t(points.size()), "point");
   // The files are rewritten after every point, so a sweep stopped by a time limit keeps what it measured.
   const auto write_files = [&] {
-    if (!o.md.empty()) write_file("--md", o.md, markdown(results, base, o.model.preset, ceiling, trace_problem));
+    if (!o.md.empty())
+      write_file("--md", o.md, markdown(results, base, o.model.preset, ceiling, trace_problem));
     if (!o.csv.empty()) write_file("--csv", o.csv, csv_text(results, base, ceiling));
   };
   for (const Point& p : points) {

@@ -1,9 +1,8 @@
 // SPEC §5 on the CUDA backend: bucket coverage of the default plan up to 64 (replay == eager round,
 // bitwise; static buffers never move), >= 100 rounds crossing buckets graph vs eager, no host
 // synchronization between rounds, and the runner's errors. Each test reports SKIPPED without a GPU.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdint>

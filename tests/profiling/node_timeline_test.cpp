@@ -1,12 +1,12 @@
 // The idle-time arithmetic behind `kdagraph bench --node-trace` (profiling/node_timeline.h): hand-worked
 // timelines, then random ones against a nanosecond-by-nanosecond count.
+#include "profiling/node_timeline.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <vector>
-
-#include "profiling/node_timeline.h"
 
 namespace kdagraph::profiling {
 namespace {
@@ -82,7 +82,8 @@ TEST(NodeTimeline, RunsOfEachNodeSplitIntoLaunchesInOrder) {
     records.push_back({7, 2, {t + 12000, t + 20000}});
     records.push_back({7, 3, {t + 20000, t + 30000}});
   }
-  for (uint64_t launch = 0; launch < 2; ++launch) records.push_back({9, 5, {400000 + launch * 10000, 404000 + launch * 10000}});
+  for (uint64_t launch = 0; launch < 2; ++launch)
+    records.push_back({9, 5, {400000 + launch * 10000, 404000 + launch * 10000}});
   std::shuffle(records.begin(), records.end(), std::mt19937(7));
   const std::vector<LaunchTimeline> launches = split_launches(records);
   ASSERT_EQ(launches.size(), 5u);

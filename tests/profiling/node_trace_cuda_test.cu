@@ -1,9 +1,8 @@
 // profiling/node_trace.h on a real device: graphs of kernels whose lengths the test sets, traced through
 // CUPTI. Each launch is one timeline with every node; eager launches are not graph nodes; a host node
 // between two kernels shows up as idle time. SKIPPED without a GPU, or where CUPTI cannot trace.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
@@ -50,7 +49,8 @@ struct CapturedGraph {
     KDA_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < kernels; ++i) {
       spin<<<1, 32, 0, stream>>>(kSpinNs);
-      if (i == 0 && host_gap_us != nullptr) KDA_TEST_CUDA(cudaLaunchHostFunc(stream, sleep_on_host, host_gap_us));
+      if (i == 0 && host_gap_us != nullptr)
+        KDA_TEST_CUDA(cudaLaunchHostFunc(stream, sleep_on_host, host_gap_us));
     }
     KDA_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
     KDA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
@@ -64,12 +64,12 @@ struct CapturedGraph {
   CapturedGraph& operator=(const CapturedGraph&) = delete;
 };
 
-#define KDA_START_TRACE(trace)                                                   \
-  std::unique_ptr<profiling::NodeTrace> trace;                                   \
-  try {                                                                          \
-    trace = std::make_unique<profiling::NodeTrace>();                            \
-  } catch (const Error& e) {                                                     \
-    GTEST_SKIP() << "CUPTI cannot trace on this machine: " << e.what();          \
+#define KDA_START_TRACE(trace)                                          \
+  std::unique_ptr<profiling::NodeTrace> trace;                          \
+  try {                                                                 \
+    trace = std::make_unique<profiling::NodeTrace>();                   \
+  } catch (const Error& e) {                                            \
+    GTEST_SKIP() << "CUPTI cannot trace on this machine: " << e.what(); \
   }
 
 TEST(NodeTraceCuda, EachGraphLaunchIsOneTimelineWithEveryNode) {
@@ -85,7 +85,8 @@ TEST(NodeTraceCuda, EachGraphLaunchIsOneTimelineWithEveryNode) {
     EXPECT_EQ(t.nodes, 5);
     EXPECT_GE(t.busy_us, 5 * kSpinNs * 1e-3 * 0.9);  // the global timer may tick coarsely
     EXPECT_GE(t.span_us, t.busy_us);
-    EXPECT_LT(t.idle_fraction(), 0.5) << "five back-to-back kernels idle " << t.idle_fraction() << " of the span";
+    EXPECT_LT(t.idle_fraction(), 0.5)
+        << "five back-to-back kernels idle " << t.idle_fraction() << " of the span";
   }
   EXPECT_TRUE(trace->take().empty()) << "take() hands each launch out once";
 }
