@@ -31,6 +31,7 @@ constexpr int kVecBytes = 16;    // one cp.async
 
 // Tile shape for head dim K (= V) with kRows V rows per lane group. Four warps per block; at K = 128 a
 // tile is 16 rows, so batch 1 with HV = 16 still launches 128 blocks.
+// [TAG_VERIFY_TILE] profiling/bench_verify_cuda.cu's traffic-only twin repeats this grid at K = 128.
 template <int K, int kRows>
 struct VerifyTile {
   static constexpr int kGroupLanes = K / kSlice;  // 32 at K = 128, 16 at K = 64

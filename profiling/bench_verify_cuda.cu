@@ -7,6 +7,11 @@
 // Cold samples flush L2 (a write larger than it) before each launch; warm samples do not.
 // Aim (the kernels issue): batch >= 32 moves >= 80% of copy bandwidth; at batch 1 one layer's verify
 // takes <= 2 * (bytes / copy bandwidth) + 3 us. Both judged on the cold median.
+//
+// Beside each verify, its traffic-only twin: the same grid and the same state loads and stores, with no
+// inputs and no arithmetic. Its time is the floor that launch, memory latency and bandwidth set for this
+// access pattern at this parallelism; verify over twin says how much the arithmetic, the input staging
+// and the block's barriers add on top.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -118,10 +123,50 @@ struct Config {
 
 struct Result {
   Config cfg;
-  double bytes, cold_us, warm_us;
+  double bytes, cold_us, warm_us, twin_cold_us;
 };
 
 constexpr int32_t kHeadDim = 128;
+
+// The verify's grid at K = V = 128 (kernels/verify.cu): a block per (row, head, 16-row tile), 128 threads,
+// a lane group of 32 per V row, each lane a 16-byte slice of 4 rows. [TAG_VERIFY_TILE]
+constexpr int kTwinRows = 4, kTwinTileV = 16, kTwinThreads = 128;
+
+__global__ void __launch_bounds__(kTwinThreads)
+    traffic_only_kernel(const float* pool, float* scratch, const int32_t* seed_pool, const int32_t* seed_scratch,
+                        const int32_t* write_row, int32_t tokens, int32_t value_heads) {
+  constexpr int K = kHeadDim, kTiles = K / kTwinTileV;
+  const int32_t tile = int32_t(blockIdx.x) % kTiles, unit = int32_t(blockIdx.x) / kTiles;
+  const int32_t h = unit % value_heads, n = unit / value_heads;
+  const int32_t sp = seed_pool[n], ss = seed_scratch[n];
+  if (sp < 0 && ss < 0) return;
+  const int64_t head_elems = int64_t(K) * K, row_elems = value_heads * head_elems;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int64_t offset = h * head_elems + int64_t(tile * kTwinTileV + warp * kTwinRows) * K + lane * 4;
+  const float* seed = sp >= 0 ? pool + sp * row_elems : scratch + ss * row_elems;
+  float4 s[kTwinRows];
+#pragma unroll
+  for (int r = 0; r < kTwinRows; ++r) s[r] = __ldcg(reinterpret_cast<const float4*>(seed + offset + r * K));
+  for (int32_t t = 0; t < tokens; ++t) {
+    float* post = scratch + write_row[int64_t(n) * tokens + t] * row_elems + offset;
+#pragma unroll
+    for (int r = 0; r < kTwinRows; ++r) __stcg(reinterpret_cast<float4*>(post + r * K), s[r]);
+  }
+}
+
+// Median cold time (L2 flushed before each launch) of `launch` over `runs` samples.
+template <class Launch>
+double cold_median_us(cudaStream_t stream, int runs, const DeviceMemory& flush, Launch launch) {
+  EventPairs cold(runs);
+  for (int i = 0; i < runs; ++i) {
+    KDA_CUDA_CHECK(cudaMemsetAsync(flush.as(), i & 0xff, flush.bytes(), stream));
+    KDA_CUDA_CHECK(cudaEventRecord(cold.start(i), stream));
+    launch();
+    KDA_CUDA_CHECK(cudaEventRecord(cold.stop(i), stream));
+  }
+  KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return cold.median_us();
+}
 
 // One layer's verify at `cfg`: every row real, odd rows seeding from scratch row a - 1.
 Result run_config(const Config& cfg, cudaStream_t stream, int runs, const DeviceMemory& flush) {
@@ -182,13 +227,14 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const Device
   p.write_row = d_index.as<int32_t>() + 4 * B;
 
   for (int i = 0; i < 3; ++i) KDA_CUDA_CHECK(launch_verify(p, stream));
-  EventPairs cold(runs), warm(runs);
-  for (int i = 0; i < runs; ++i) {
-    KDA_CUDA_CHECK(cudaMemsetAsync(flush.as(), i & 0xff, flush.bytes(), stream));
-    KDA_CUDA_CHECK(cudaEventRecord(cold.start(i), stream));
-    KDA_CUDA_CHECK(launch_verify(p, stream));
-    KDA_CUDA_CHECK(cudaEventRecord(cold.stop(i), stream));
-  }
+  const double cold_us = cold_median_us(stream, runs, flush, [&] { KDA_CUDA_CHECK(launch_verify(p, stream)); });
+  const double twin_cold_us = cold_median_us(stream, runs, flush, [&] {
+    const unsigned blocks = unsigned(B) * unsigned(HV) * unsigned(K / kTwinTileV);
+    traffic_only_kernel<<<blocks, kTwinThreads, 0, stream>>>(pool.as<float>(), scratch.as<float>(), p.seed_pool,
+                                                             p.seed_scratch, p.write_row, T, HV);
+    KDA_CUDA_CHECK(cudaGetLastError());
+  });
+  EventPairs warm(runs);
   for (int i = 0; i < runs; ++i) {
     KDA_CUDA_CHECK(cudaEventRecord(warm.start(i), stream));
     KDA_CUDA_CHECK(launch_verify(p, stream));
@@ -201,7 +247,7 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const Device
   const double state = double(B) * HV * (1 + T) * double(head_bytes);
   const double inputs = double(q.bytes() + k.bytes() + v.bytes() + g.bytes() + beta.bytes() + o.bytes()) +
                         double(A_log.bytes() + dt_bias.bytes()) + double(B) * (2 + T) * sizeof(int32_t);
-  return Result{cfg, state + inputs, cold.median_us(), warm.median_us()};
+  return Result{cfg, state + inputs, cold_us, warm.median_us(), twin_cold_us};
 }
 
 struct Verdict {
@@ -260,9 +306,10 @@ int run(int argc, char** argv) {
         results.push_back(run_config(Config{HV, T, B}, stream.get(), runs, flush));
         const Result& r = results.back();
         std::printf(
-            "HV=%2d T=%d batch=%3d: %10.0f bytes, cold %8.1f us (%6.0f GB/s), warm %8.1f us (%6.0f GB/s)\n",
-            HV, T, B, r.bytes, r.cold_us, r.bytes / (r.cold_us * 1e3), r.warm_us,
-            r.bytes / (r.warm_us * 1e3));
+            "HV=%2d T=%d batch=%3d: %10.0f bytes, cold %8.1f us (%6.0f GB/s), warm %8.1f us (%6.0f GB/s), "
+            "traffic-only twin cold %8.1f us\n",
+            HV, T, B, r.bytes, r.cold_us, r.bytes / (r.cold_us * 1e3), r.warm_us, r.bytes / (r.warm_us * 1e3),
+            r.twin_cold_us);
         std::fflush(stdout);
       }
 
@@ -274,29 +321,30 @@ int run(int argc, char** argv) {
     }
     std::fprintf(csv,
                  "value_heads,tokens,batch,bytes,cold_us,warm_us,cold_gbps,warm_gbps,copy_gbps,"
-                 "cold_fraction_of_copy,target,result\n");
+                 "cold_fraction_of_copy,traffic_only_cold_us,target,result\n");
     for (const Result& r : results) {
       const double cold = r.bytes / (r.cold_us * 1e3), warm = r.bytes / (r.warm_us * 1e3);
       const Verdict v = judge(r, copy_gbps);
-      std::fprintf(csv, "%d,%d,%d,%.0f,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f,%s,%s\n", r.cfg.value_heads,
+      std::fprintf(csv, "%d,%d,%d,%.0f,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f,%.3f,%s,%s\n", r.cfg.value_heads,
                    r.cfg.tokens, r.cfg.batch, r.bytes, r.cold_us, r.warm_us, cold, warm, copy_gbps,
-                   cold / copy_gbps, v.target.c_str(), v.result.c_str());
+                   cold / copy_gbps, r.twin_cold_us, v.target.c_str(), v.result.c_str());
     }
     std::fclose(csv);
   }
 
   int misses = 0;
   std::printf(
-      "\n| HV | T | batch | MB moved | cold us | warm us | cold GB/s | warm GB/s | %% of copy | aim | result "
-      "|\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
+      "\n| HV | T | batch | MB moved | cold us | warm us | cold GB/s | warm GB/s | %% of copy | twin cold us | "
+      "verify / twin | aim | result |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
   for (const Result& r : results) {
     const double cold = r.bytes / (r.cold_us * 1e3), warm = r.bytes / (r.warm_us * 1e3);
     const Verdict v = judge(r, copy_gbps);
     misses += v.result == "miss";
-    std::printf("| %d | %d | %d | %.2f | %.1f | %.1f | %.0f | %.0f | %.0f%% | %s | %s |\n", r.cfg.value_heads,
-                r.cfg.tokens, r.cfg.batch, r.bytes / 1e6, r.cold_us, r.warm_us, cold, warm,
-                100.0 * cold / copy_gbps, v.target.c_str(), v.result.c_str());
+    std::printf("| %d | %d | %d | %.2f | %.1f | %.1f | %.0f | %.0f | %.0f%% | %.1f | %.2f | %s | %s |\n",
+                r.cfg.value_heads, r.cfg.tokens, r.cfg.batch, r.bytes / 1e6, r.cold_us, r.warm_us, cold, warm,
+                100.0 * cold / copy_gbps, r.twin_cold_us, r.cold_us / r.twin_cold_us, v.target.c_str(),
+                v.result.c_str());
   }
   std::printf("\ncopy bandwidth %.0f GB/s; %d aim(s) missed\n", copy_gbps, misses);
   return 0;
