@@ -214,11 +214,18 @@ run_stage cli_check 60 stage_cli_check
 run_stage memcheck 120 stage_memcheck
 run_stage racecheck 90 stage_racecheck
 
-# The benchmark's own table, then the summary, last.
+# The benchmarks' own tables (the verify's, the aims of each round sweep), then the summary, last.
 if [[ -f "$OUT/bench_verify.log" ]]; then
   echo
   sed -n '/^| HV /,$p' "$OUT/bench_verify.log"
 fi
+for md in "$OUT"/kdagraph_bench_*.md; do
+  if [[ -f "$md" ]]; then
+    echo
+    echo "${md##*/}:"
+    sed -n '/^## Aims/,$p' "$md"
+  fi
+done
 {
   echo
   echo "| stage | result | seconds |"
