@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "kdagraph/error.hpp"
 
@@ -18,6 +19,7 @@ namespace {
 struct Collector {
   std::mutex mutex;
   std::vector<NodeRecord> records;
+  size_t without_time = 0;  // records CUPTI delivered with no valid start and end
 };
 Collector& collector() {
   static Collector c;
@@ -45,6 +47,10 @@ template <class Record>
 void add(const Record& r) {
   if (r.graphId == 0) return;  // not launched by a graph
   std::lock_guard<std::mutex> lock(collector().mutex);
+  if (r.start == 0 || r.end < r.start) {  // CUPTI writes 0 where it has no timestamp
+    ++collector().without_time;
+    return;
+  }
   collector().records.push_back(NodeRecord{r.graphId, r.graphNodeId, NodeInterval{r.start, r.end}});
 }
 
@@ -87,6 +93,7 @@ NodeTrace::NodeTrace() {
   }
   std::lock_guard<std::mutex> lock(collector().mutex);
   collector().records.clear();
+  collector().without_time = 0;
 }
 
 NodeTrace::~NodeTrace() {
@@ -94,6 +101,7 @@ NodeTrace::~NodeTrace() {
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(collector().mutex);
   collector().records.clear();
+  collector().without_time = 0;
   tracing = false;
 }
 
@@ -103,10 +111,14 @@ std::vector<LaunchTimeline> NodeTrace::take() {
   check(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped), "cuptiActivityGetNumDroppedRecords");
   if (dropped != 0) throw Error("node trace: CUPTI dropped " + std::to_string(dropped) + " records");
   std::vector<NodeRecord> records;
+  size_t without_time = 0;
   {
     std::lock_guard<std::mutex> lock(collector().mutex);
     records.swap(collector().records);
+    std::swap(without_time, collector().without_time);
   }
+  if (without_time != 0)
+    throw Error("node trace: CUPTI delivered " + std::to_string(without_time) + " graph node records without timestamps");
   return split_launches(std::move(records));
 }
 

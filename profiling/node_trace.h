@@ -25,8 +25,8 @@ class NodeTrace {
   NodeTrace& operator=(const NodeTrace&) = delete;
 
   // Call after the traced work has finished (synchronize first). The timelines of the graph launches
-  // whose nodes CUPTI delivered since the last call. Throws when CUPTI dropped records. Launches of one
-  // graph must not overlap in time (launch them on one stream).
+  // whose nodes CUPTI delivered since the last call. Throws when CUPTI dropped records or delivered some
+  // without timestamps. Launches of one graph must not overlap in time (launch them on one stream).
   std::vector<LaunchTimeline> take();
 };
 

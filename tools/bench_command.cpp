@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,13 @@ void add_timelines(Result& res, const std::vector<profiling::LaunchTimeline>& ti
 }
 #endif
 
+#if defined(KDAGRAPH_WITH_CUPTI)
+void trace_off(std::string& trace_problem, const Error& failure) {
+  trace_problem = failure.what();
+  std::fprintf(stderr, "kdagraph bench: node trace off for the rest of the sweep: %s\n", failure.what());
+}
+#endif
+
 // SPEC §7: state-sized transfers per layer and request: 1 + T in verify, 2 more in the two-phase commit.
 double state_bytes_per_round(const HostEngineConfig& c, int32_t rows) {
   const VerifierConfig& v = c.verifier;
@@ -184,15 +192,23 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   res.state_bytes = state_bytes_per_round(cfg, p.batch);
   res.bandwidth_gbs = res.state_bytes / (ms * 1e-3) / 1e9;
 #if defined(KDAGRAPH_WITH_CUPTI)
-  if (o.node_trace && trace_problem.empty() && p.exec == Exec::graph) {  // after the timed rounds: tracing
-    try {                                                                // slows each node down
-      profiling::NodeTrace trace;
+  // After the timed rounds, as many again under the trace (tracing slows each node down). Only the
+  // trace's own failures turn it off; an engine error still ends the sweep.
+  if (o.node_trace && trace_problem.empty() && p.exec == Exec::graph) {
+    std::unique_ptr<profiling::NodeTrace> trace;
+    try {
+      trace = std::make_unique<profiling::NodeTrace>();
+    } catch (const Error& failure) {
+      trace_off(trace_problem, failure);
+    }
+    if (trace) {
       for (int32_t r = 0; r < rounds; ++r) engine.run_round(stream.get());
       stream.synchronize();
-      add_timelines(res, trace.take(), rounds);
-    } catch (const Error& failure) {
-      trace_problem = failure.what();
-      std::fprintf(stderr, "kdagraph bench: node trace off for the rest of the sweep: %s\n", failure.what());
+      try {
+        add_timelines(res, trace->take(), rounds);
+      } catch (const Error& failure) {
+        trace_off(trace_problem, failure);
+      }
     }
   }
 #else
@@ -380,6 +396,17 @@ int bench(BenchOptions o) {
   const double ceiling = copy_ceiling_gbs(base.backend);
   std::vector<Result> results;
   std::string trace_problem;
+#if defined(KDAGRAPH_WITH_CUPTI)
+  // CUPTI stays attached once it has traced; attach it before the first timed point, so every point is
+  // timed in the same condition (and a machine where it cannot trace is known at once).
+  if (o.node_trace) {
+    try {
+      profiling::NodeTrace attach;
+    } catch (const Error& failure) {
+      trace_off(trace_problem, failure);
+    }
+  }
+#endif
   Progress progress(int64_t(points.size()), "point");
   // The files are rewritten after every point, so a sweep stopped by a time limit keeps what it measured.
   const auto write_files = [&] {

@@ -73,30 +73,36 @@ TEST(NodeTimeline, RandomTimelinesMatchACountOfEveryNanosecond) {
 }
 
 TEST(NodeTimeline, RunsOfEachNodeSplitIntoLaunchesInOrder) {
-  // Graph 7 (nodes 1, 2, 3) launched three times, 100 us apart; graph 9 (node 5) twice, after them. Each
-  // launch: node 1 at +0..10 us, node 2 at +12..20, node 3 at +20..30; node 5 runs 0..4 us.
+  // Graph 7 (nodes 1, 2, 3) launched at 0, 100 and 200 us; graph 9 (node 5) at 50 and 150 us, between
+  // them. Launch i of graph 7: node 1 at +0..(10 + i) us, node 2 at +12..20, node 3 at +20..30. Launch i
+  // of graph 9: node 5 for 4 + i us.
   std::vector<NodeRecord> records;
   for (uint64_t launch = 0; launch < 3; ++launch) {
     const uint64_t t = launch * 100000;
-    records.push_back({7, 1, {t, t + 10000}});
+    records.push_back({7, 1, {t, t + 10000 + launch * 1000}});
     records.push_back({7, 2, {t + 12000, t + 20000}});
     records.push_back({7, 3, {t + 20000, t + 30000}});
   }
-  for (uint64_t launch = 0; launch < 2; ++launch)
-    records.push_back({9, 5, {400000 + launch * 10000, 404000 + launch * 10000}});
+  for (uint64_t launch = 0; launch < 2; ++launch) {
+    const uint64_t t = 50000 + launch * 100000;
+    records.push_back({9, 5, {t, t + 4000 + launch * 1000}});
+  }
   std::shuffle(records.begin(), records.end(), std::mt19937(7));
   const std::vector<LaunchTimeline> launches = split_launches(records);
   ASSERT_EQ(launches.size(), 5u);
+  // Graph 7 first (it ran first), its launches in order: node 1 ends at 10, 11, 12 us, so the gap before
+  // node 2 (at 12 us) is 2, 1, 0 us.
+  const double busy[3] = {28.0, 29.0, 30.0}, gap[3] = {2.0, 1.0, 0.0};
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(launches[i].nodes, 3) << "launch " << i;
     EXPECT_DOUBLE_EQ(launches[i].span_us, 30.0) << "launch " << i;
-    EXPECT_DOUBLE_EQ(launches[i].busy_us, 28.0) << "launch " << i;
-    EXPECT_DOUBLE_EQ(launches[i].largest_gap_us, 2.0) << "launch " << i;
+    EXPECT_DOUBLE_EQ(launches[i].busy_us, busy[i]) << "launch " << i;
+    EXPECT_DOUBLE_EQ(launches[i].largest_gap_us, gap[i]) << "launch " << i;
   }
-  for (size_t i = 3; i < 5; ++i) {
-    EXPECT_EQ(launches[i].nodes, 1) << "launch " << i;
-    EXPECT_DOUBLE_EQ(launches[i].span_us, 4.0) << "launch " << i;
-  }
+  EXPECT_EQ(launches[3].nodes, 1);
+  EXPECT_DOUBLE_EQ(launches[3].span_us, 4.0);
+  EXPECT_EQ(launches[4].nodes, 1);
+  EXPECT_DOUBLE_EQ(launches[4].span_us, 5.0);
   EXPECT_TRUE(split_launches({}).empty());
 }
 
