@@ -148,6 +148,8 @@ struct Verifier::Impl {
     detail::validate_rows(where, rows, n, cfg.max_rows);
   }
 
+  void enqueue_copy_in(const Stream& s, int32_t slot, const void* states);
+
   // Host-data entry points stage their data at call time; captured, a replay would repeat stale data.
   static void require_not_capturing(const char* where, const Stream& s) {
     require(!capturing(s), where, "stream", "is capturing a graph; call this between replays instead");
@@ -203,22 +205,45 @@ Verifier::BatchBuffers Verifier::batch_buffers() const {
   return BatchBuffers{impl_->n_real, impl_->slots, impl_->accepted};
 }
 
+// Both prefills: pool[l][slot] = states[l] for every layer, then accept_len[slot] = 0, enqueued on `s`.
+// `states` may be host or backend memory (the copy's direction comes from the pointer).
+void Verifier::Impl::enqueue_copy_in(const Stream& s, int32_t slot, const void* states) {
+  nvtx::Scoped range(nvtx::Range::prefill, slot);
+  const size_t es = dtype_size(cfg.pool.state_dtype), bytes = size_t(geo.slot_elems()) * es;
+  char* dst = static_cast<char*>(pool.data());
+  const char* src = static_cast<const char*>(states);
+  int32_t* accept = accept_len.as<int32_t>() + slot;
+  const int32_t layers = cfg.model.layers;
+  const StateGeometry g = geo;
+  if (cfg.backend == Backend::cpu) {
+    detail::cpu_submit([=] {
+      for (int32_t l = 0; l < layers; ++l)
+        std::memcpy(dst + g.pool_offset(l, slot, 0) * es, src + size_t(l) * bytes, bytes);
+      *accept = 0;
+    });
+    return;
+  }
+#if defined(KDAGRAPH_WITH_CUDA)
+  for (int32_t l = 0; l < layers; ++l)
+    KDA_CUDA_CHECK(cudaMemcpyAsync(dst + g.pool_offset(l, slot, 0) * es, src + size_t(l) * bytes, bytes,
+                                   cudaMemcpyDefault, s.stream));
+  KDA_CUDA_CHECK(cudaMemsetAsync(accept, 0, sizeof(int32_t), s.stream));
+#else
+  (void)s;
+#endif
+}
+
 void Verifier::prefill(const Stream& s, int32_t slot, const void* states) {
   Impl& m = *impl_;
   detail::validate_stream("Verifier::prefill", s, m.cfg.backend);
   detail::validate_slot("Verifier::prefill", slot, m.cfg.pool.slots);
   m.require_not_capturing("Verifier::prefill", s);
   require(states != nullptr, "Verifier::prefill", "states", "is null");
-  nvtx::Scoped range(nvtx::Range::prefill, slot);
-  const size_t bytes = slot_state_bytes();
-  auto* pool = static_cast<char*>(m.pool.data());
-  const auto* src = static_cast<const char*>(states);
-  const size_t es = dtype_size(m.cfg.pool.state_dtype);
-  for (int32_t l = 0; l < m.cfg.model.layers; ++l)
-    detail::copy_to_backend(m.cfg.backend, pool + m.geo.pool_offset(l, slot, 0) * es,
-                            src + size_t(l) * bytes, bytes, s.stream);
-  const int32_t zero = 0;
-  detail::copy_to_backend(m.cfg.backend, m.accept_len.as<int32_t>() + slot, &zero, sizeof zero, s.stream);
+  m.enqueue_copy_in(s, slot, states);
+#if defined(KDAGRAPH_WITH_CUDA)
+  // The caller's host memory is theirs again on return.
+  if (m.cfg.backend == Backend::cuda) KDA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+#endif
 }
 
 void Verifier::enqueue_prefill(const Stream& s, int32_t slot, const void* states) {
@@ -227,26 +252,7 @@ void Verifier::enqueue_prefill(const Stream& s, int32_t slot, const void* states
   detail::validate_stream(where, s, m.cfg.backend);
   detail::validate_slot(where, slot, m.cfg.pool.slots);
   require(states != nullptr, where, "states", "is null");
-  nvtx::Scoped range(nvtx::Range::prefill, slot);
-  const size_t bytes = slot_state_bytes(), es = dtype_size(m.cfg.pool.state_dtype);
-  char* pool = static_cast<char*>(m.pool.data());
-  const char* src = static_cast<const char*>(states);
-  int32_t* accept = m.accept_len.as<int32_t>() + slot;
-  const int32_t layers = m.cfg.model.layers;
-  const StateGeometry geo = m.geo;
-  if (m.cfg.backend == Backend::cpu) {
-    detail::cpu_submit([=] {
-      for (int32_t l = 0; l < layers; ++l) std::memcpy(pool + geo.pool_offset(l, slot, 0) * es, src + size_t(l) * bytes, bytes);
-      *accept = 0;
-    });
-    return;
-  }
-#if defined(KDAGRAPH_WITH_CUDA)
-  for (int32_t l = 0; l < layers; ++l)
-    KDA_CUDA_CHECK(cudaMemcpyAsync(pool + geo.pool_offset(l, slot, 0) * es, src + size_t(l) * bytes, bytes,
-                                   cudaMemcpyDeviceToDevice, s.stream));
-  KDA_CUDA_CHECK(cudaMemsetAsync(accept, 0, sizeof(int32_t), s.stream));
-#endif
+  m.enqueue_copy_in(s, slot, states);
 }
 
 void Verifier::read_pool(const Stream& s, int32_t slot, void* states) const {

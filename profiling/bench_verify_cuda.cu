@@ -154,18 +154,19 @@ __global__ void __launch_bounds__(kTwinThreads)
   }
 }
 
-// Median cold time (L2 flushed before each launch) of `launch` over `runs` samples.
+// Median time of `launch` over `runs` samples: cold when `flush` is given (a write larger than L2 before
+// each launch), warm otherwise.
 template <class Launch>
-double cold_median_us(cudaStream_t stream, int runs, const DeviceMemory& flush, Launch launch) {
-  EventPairs cold(runs);
+double median_us(cudaStream_t stream, int runs, const DeviceMemory* flush, Launch launch) {
+  EventPairs events(runs);
   for (int i = 0; i < runs; ++i) {
-    KDA_CUDA_CHECK(cudaMemsetAsync(flush.as(), i & 0xff, flush.bytes(), stream));
-    KDA_CUDA_CHECK(cudaEventRecord(cold.start(i), stream));
+    if (flush != nullptr) KDA_CUDA_CHECK(cudaMemsetAsync(flush->as(), i & 0xff, flush->bytes(), stream));
+    KDA_CUDA_CHECK(cudaEventRecord(events.start(i), stream));
     launch();
-    KDA_CUDA_CHECK(cudaEventRecord(cold.stop(i), stream));
+    KDA_CUDA_CHECK(cudaEventRecord(events.stop(i), stream));
   }
   KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return cold.median_us();
+  return events.median_us();
 }
 
 // One layer's verify at `cfg`: every row real, odd rows seeding from scratch row a - 1.
@@ -226,28 +227,24 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const Device
   p.seed_scratch = d_index.as<int32_t>() + 2 * B;
   p.write_row = d_index.as<int32_t>() + 4 * B;
 
-  for (int i = 0; i < 3; ++i) KDA_CUDA_CHECK(launch_verify(p, stream));
-  const double cold_us = cold_median_us(stream, runs, flush, [&] { KDA_CUDA_CHECK(launch_verify(p, stream)); });
-  const double twin_cold_us = cold_median_us(stream, runs, flush, [&] {
+  const auto verify = [&] { KDA_CUDA_CHECK(launch_verify(p, stream)); };
+  for (int i = 0; i < 3; ++i) verify();
+  const auto twin = [&] {
     const unsigned blocks = unsigned(B) * unsigned(HV) * unsigned(K / kTwinTileV);
     traffic_only_kernel<<<blocks, kTwinThreads, 0, stream>>>(pool.as<float>(), scratch.as<float>(), p.seed_pool,
                                                              p.seed_scratch, p.write_row, T, HV);
     KDA_CUDA_CHECK(cudaGetLastError());
-  });
-  EventPairs warm(runs);
-  for (int i = 0; i < runs; ++i) {
-    KDA_CUDA_CHECK(cudaEventRecord(warm.start(i), stream));
-    KDA_CUDA_CHECK(launch_verify(p, stream));
-    KDA_CUDA_CHECK(cudaEventRecord(warm.stop(i), stream));
-  }
-  KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  };
+  const double cold_us = median_us(stream, runs, &flush, verify);
+  const double twin_cold_us = median_us(stream, runs, &flush, twin);
+  const double warm_us = median_us(stream, runs, nullptr, verify);
 
   // SPEC §7: 1 + T state transfers per (row, head), plus the inputs read, the outputs written and the
   // indices.
   const double state = double(B) * HV * (1 + T) * double(head_bytes);
   const double inputs = double(q.bytes() + k.bytes() + v.bytes() + g.bytes() + beta.bytes() + o.bytes()) +
                         double(A_log.bytes() + dt_bias.bytes()) + double(B) * (2 + T) * sizeof(int32_t);
-  return Result{cfg, state + inputs, cold_us, warm.median_us(), twin_cold_us};
+  return Result{cfg, state + inputs, cold_us, warm_us, twin_cold_us};
 }
 
 struct Verdict {

@@ -118,7 +118,8 @@ std::vector<LaunchTimeline> NodeTrace::take() {
     std::swap(without_time, collector().without_time);
   }
   if (without_time != 0)
-    throw Error("node trace: CUPTI delivered " + std::to_string(without_time) + " graph node records without timestamps");
+    throw Error("node trace: CUPTI delivered " + std::to_string(without_time) +
+                " graph node records without timestamps");
   return split_launches(std::move(records));
 }
 

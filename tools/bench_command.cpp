@@ -132,9 +132,7 @@ void add_timelines(Result& res, const std::vector<profiling::LaunchTimeline>& ti
   res.idle_pct = median(idle);
   res.largest_gap_us = median(gap);
 }
-#endif
 
-#if defined(KDAGRAPH_WITH_CUPTI)
 void trace_off(std::string& trace_problem, const Error& failure) {
   trace_problem = failure.what();
   std::fprintf(stderr, "kdagraph bench: node trace off for the rest of the sweep: %s\n", failure.what());
@@ -228,10 +226,8 @@ std::string fmt(const char* format, double v) {
 std::string csv_text(const std::vector<Result>& results, const EngineSetup& base, double ceiling) {
   std::string out =
       "backend,mode,exec,sampler,layers,heads,value_heads,head_k,head_v,io_dtype,state_dtype,tokens,batch,"
-      "bucket,"
-      "rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs,graph_"
-      "nodes,"
-      "graph_us_traced,idle_pct,largest_gap_us\n";
+      "bucket,rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs,"
+      "graph_nodes,graph_us_traced,idle_pct,largest_gap_us\n";
   const ModelShape& m = base.model;
   for (const Result& r : results) {
     out += std::string(to_string(base.backend)) + "," + to_string(r.p.mode) + "," + to_string(r.p.exec) +
@@ -293,8 +289,7 @@ std::string aims_markdown(const std::vector<Result>& results, bool cuda, const s
         "graph with the sampler outside the graph (same launches, no commit), and with the whole round in "
         "the graph. Aim: speedup >= 95% of the byte bound (1 + T + 2) / (1 + T).\n\n";
     out +=
-        "| T | two-phase ms | fused, sampler out ms | speedup | aim | fused, whole round ms | speedup | aim "
-        "| "
+        "| T | two-phase ms | fused, sampler out ms | speedup | aim | fused, whole round ms | speedup | aim | "
         "bound |\n";
     out += "|---:|---:|---:|---:|---|---:|---:|---|---:|\n";
     out += rows;
@@ -343,8 +338,8 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
         "and the longest such gap; medians over the replays.";
   out += "\n\n";
   out +=
-      "| mode | exec | sampler | T | batch | host ms/round | device ms/round | tokens/s | state GB/s | % of "
-      "copy |";
+      "| mode | exec | sampler | T | batch | host ms/round | device ms/round | tokens/s | state GB/s | "
+      "% of copy |";
   out += traced ? " nodes | graph us (traced) | idle % | longest gap us |\n" : "\n";
   out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|";
   out += traced ? "---:|---:|---:|---:|\n" : "\n";

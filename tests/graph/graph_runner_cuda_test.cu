@@ -14,6 +14,7 @@
 
 #include "kdagraph/graph_runner.hpp"
 #include "kdagraph/host_engine.hpp"
+#include "tests/common/device_clock.cuh"
 #include "tests/common/engines.h"
 #include "tests/common/gpu.h"
 #include "tests/common/storage.h"
@@ -185,12 +186,6 @@ TEST(GraphRunnerCuda, ManyRoundsGraphEqualsEagerBitwise) {
   }
 }
 
-__device__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // Holds the device until the host releases it: any host synchronization while it spins would hang.
 // Gives up after 20 s of device time, so a flag the device never sees fails the test instead of hanging.
 __global__ void spin_until(const volatile int* flag) {
@@ -260,11 +255,6 @@ TEST(GraphRunnerCuda, ErrorsAreClearAndLeaveTheStateAlone) {
   EXPECT_TRUE(snapshot(h.verifier) == before);
 }
 
-}  // namespace
-}  // namespace kdagraph::test
-
-namespace kdagraph::test {
-namespace {
 
 // SPEC §6 on the device: another kernel wrote a corrupt accept length; the replayed round clamps it,
 // and the host sees the record through the host-mapped error word without synchronizing the stream.

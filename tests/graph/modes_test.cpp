@@ -181,11 +181,6 @@ TEST(Modes, MaterializeWithZeroAcceptChangesNothingAndTwiceEqualsOnce) {
   EXPECT_TRUE(snapshot(v) == once);
 }
 
-}  // namespace
-}  // namespace kdagraph::test
-
-namespace kdagraph::test {
-namespace {
 
 // A prefill writes pool[slot] of every layer and sets accept_len to 0; nothing else changes.
 TEST(Modes, PrefillWritesOnlyItsSlot) {

@@ -13,16 +13,11 @@
 
 #include "kdagraph/error.hpp"
 #include "profiling/node_trace.h"
+#include "tests/common/device_clock.cuh"
 #include "tests/common/gpu.h"
 
 namespace kdagraph::test {
 namespace {
-
-__device__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // Runs for at least `ns` nanoseconds of the device's global timer.
 __global__ void spin(uint64_t ns) {
