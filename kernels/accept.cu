@@ -1,5 +1,6 @@
 // SPEC §3 accept on the device: one thread per batch row runs accept_row, the CPU's own function.
 #include "kernels/accept.h"
+#include "kernels/launch.cuh"
 
 namespace kdagraph {
 namespace {
@@ -17,8 +18,7 @@ cudaError_t launch_accept(const AcceptParams& p, cudaStream_t stream) {
   if (p.rows < 0 || p.tokens < 1) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const unsigned blocks = unsigned((p.rows + kAcceptThreads - 1) / kAcceptThreads);
-  accept_kernel<<<blocks, kAcceptThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(accept_kernel, blocks, kAcceptThreads, stream, p);
 }
 
 }  // namespace kdagraph

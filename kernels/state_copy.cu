@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kernels/launch.cuh"
 #include "kernels/state_copy.h"
 
 namespace kdagraph {
@@ -73,8 +74,7 @@ cudaError_t launch_copy(const StateCopyParams& p, CopyGrid grid, int64_t slot_by
   grid.units = int64_t(p.count) * p.geometry.layers * grid.chunks_per_slot;
   if (grid.units == 0) return cudaSuccess;
   const unsigned blocks = unsigned(std::min(grid.units, kMaxCopyBlocks));
-  copy_accepted_states_kernel<Word><<<blocks, kCopyThreads, 0, stream>>>(p, grid);
-  return cudaGetLastError();
+  return launch_kernel(copy_accepted_states_kernel<Word>, blocks, kCopyThreads, stream, p, grid);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -99,8 +99,7 @@ cudaError_t launch_reset_accept_len(const StateCopyParams& p, cudaStream_t strea
   if (p.count < 0) return cudaErrorInvalidValue;
   if (p.count == 0) return cudaSuccess;
   const unsigned blocks = unsigned((p.count + kResetThreads - 1) / kResetThreads);
-  reset_accept_len_kernel<<<blocks, kResetThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(reset_accept_len_kernel, blocks, kResetThreads, stream, p);
 }
 
 }  // namespace kdagraph

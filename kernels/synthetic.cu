@@ -1,5 +1,7 @@
 #include "kernels/synthetic.h"
 
+#include "kernels/launch.cuh"
+
 namespace kdagraph {
 namespace {
 
@@ -32,21 +34,18 @@ cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t 
   const int64_t total = synthetic_inputs_elements(p);
   const int threads = 256;
   const int blocks = int((total + threads - 1) / threads < 4096 ? (total + threads - 1) / threads : 4096);
-  if (p.io_dtype == DType::f32) synthetic_inputs_kernel<float><<<blocks, threads, 0, stream>>>(p);
-  else synthetic_inputs_kernel<math::bf16><<<blocks, threads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return p.io_dtype == DType::f32 ? launch_kernel(synthetic_inputs_kernel<float>, blocks, threads, stream, p)
+                                  : launch_kernel(synthetic_inputs_kernel<math::bf16>, blocks, threads, stream, p);
 }
 
 cudaError_t launch_synthetic_state(const SyntheticStateParams& p, cudaStream_t stream) {
   const int threads = 256, blocks = 1024;
-  if (p.state_dtype == DType::f32) synthetic_state_kernel<float><<<blocks, threads, 0, stream>>>(p);
-  else synthetic_state_kernel<math::bf16><<<blocks, threads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return p.state_dtype == DType::f32 ? launch_kernel(synthetic_state_kernel<float>, blocks, threads, stream, p)
+                                     : launch_kernel(synthetic_state_kernel<math::bf16>, blocks, threads, stream, p);
 }
 
 cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, cudaStream_t stream) {
-  synthetic_sampler_kernel<<<1, 256, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(synthetic_sampler_kernel, 1, 256, stream, p);
 }
 
 }  // namespace kdagraph

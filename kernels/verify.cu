@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/kda_math.h"
+#include "kernels/launch.cuh"
 #include "kernels/verify.h"
 
 namespace kdagraph {
@@ -293,8 +294,7 @@ cudaError_t launch_tiles(const VerifyParams& p, cudaStream_t stream) {
   using Tile = VerifyTile<K, VerifyConfig<K>::kRows>;
   const int64_t blocks = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
   if (blocks > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
-  verify_kernel<K, VerifyConfig<K>::kRows, IoT, StateT><<<unsigned(blocks), Tile::kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(verify_kernel<K, VerifyConfig<K>::kRows, IoT, StateT>, unsigned(blocks), Tile::kThreads, stream, p);
 }
 
 // The one place run-time sizes and dtypes become template parameters.
