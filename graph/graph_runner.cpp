@@ -7,9 +7,11 @@
 #include <map>
 #include <string>
 
+#include "graph/capture.h"
 #include "graph/cpu_capture.h"
 #include "graph/validate.h"
-#include "kernels/cuda_check.h"
+#include "kernels/memory.h"
+#include "kernels/stream.h"
 #include "profiling/nvtx.h"
 
 namespace kdagraph {
@@ -57,38 +59,14 @@ namespace detail {
 // The graphs of one runner. GraphHandles point here weakly, so they notice when the runner is gone.
 struct RunnerState {
   Backend backend;
-  std::map<int32_t, std::vector<CpuNode>> cpu_graphs;
-#if defined(KDAGRAPH_WITH_CUDA)
-  std::map<int32_t, cudaGraphExec_t> cuda_graphs;
-#endif
+  std::map<int32_t, Graph> graphs;
   explicit RunnerState(Backend b) : backend(b) {}
-  ~RunnerState() {
-#if defined(KDAGRAPH_WITH_CUDA)
-    for (auto& [bucket, exec] : cuda_graphs) KDA_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(exec));
-#endif
-  }
-  // Owns graph executables that must be destroyed exactly once.
-  RunnerState(const RunnerState&) = delete;
-  RunnerState& operator=(const RunnerState&) = delete;
 
-  bool has(int32_t bucket) const {
-#if defined(KDAGRAPH_WITH_CUDA)
-    if (backend == Backend::cuda) return cuda_graphs.count(bucket) != 0;
-#endif
-    return cpu_graphs.count(bucket) != 0;
-  }
+  bool has(int32_t bucket) const { return graphs.count(bucket) != 0; }
 
   void launch(const Stream& s, int32_t bucket) const {
     nvtx::Scoped range(nvtx::Range::replay, bucket);
-    if (backend == Backend::cpu) {
-      for (const CpuNode& node : cpu_graphs.at(bucket)) node();
-      return;
-    }
-#if defined(KDAGRAPH_WITH_CUDA)
-    KDA_CUDA_CHECK(cudaGraphLaunch(cuda_graphs.at(bucket), s.stream));
-#else
-    (void)s;
-#endif
+    graphs.at(bucket).launch(s);
   }
 };
 
@@ -134,18 +112,13 @@ void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler)
   }
   if (!with_sampler) return;
   verifier_.enqueue_accept(s, hooks_.sampler(s, rows), rows);
-  if (verifier_.config().mode == Mode::two_phase) verifier_.enqueue_commit(s, rows);
+  if (mode_policy(verifier_.config().mode).commit) verifier_.enqueue_commit(s, rows);
 }
 
 void GraphRunner::capture(const Stream& s) {
   const char* where = "GraphRunner::capture";
   detail::validate_stream(where, s, verifier_.config().backend);
   if (config_.exec == Exec::eager) return;
-#if defined(KDAGRAPH_WITH_CUDA)
-  if (s.backend == Backend::cuda)
-    require(s.stream != nullptr && s.stream != cudaStreamLegacy, where, "stream",
-            "is the legacy default stream; capture needs a stream created with cudaStreamCreate");
-#endif
   std::vector<int32_t> order = plan_.buckets();
   std::reverse(order.begin(), order.end());  // largest first: later captures reuse its memory
   for (int32_t bucket : order) {
@@ -154,44 +127,17 @@ void GraphRunner::capture(const Stream& s) {
     BucketCaptureStats st;
     st.bucket = bucket;
     const auto t0 = std::chrono::steady_clock::now();
-    if (s.backend == Backend::cpu) {
-      detail::cpu_capture_begin();
-      try {
-        enqueue_body(s, bucket, sampler_in_round());
-      } catch (...) {
-        detail::cpu_capture_end();
-        throw;
-      }
-      state_->cpu_graphs[bucket] = detail::cpu_capture_end();
-    } else {
-#if defined(KDAGRAPH_WITH_CUDA)
-      KDA_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
-      cudaGraph_t graph = nullptr;
-      try {
-        enqueue_body(s, bucket, sampler_in_round());
-      } catch (...) {
-        cudaStreamEndCapture(s.stream, &graph);
-        if (graph) cudaGraphDestroy(graph);
-        // An invalidated capture leaves its error as the thread's last error, which the next
-        // launcher's cudaGetLastError would report as its own: the exception reports it instead.
-        (void)cudaGetLastError();
-        throw;
-      }
-      KDA_CUDA_CHECK(cudaStreamEndCapture(s.stream, &graph));
-      size_t free_before = 0, free_after = 0, total = 0;
-      KDA_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-      cudaGraphExec_t exec = nullptr;
+    detail::CaptureGuard capture(s, where);
+    enqueue_body(s, bucket, sampler_in_round());
+    const int64_t free_before = detail::free_device_bytes(s.backend);
+    {
       nvtx::Scoped inst(nvtx::Range::instantiate, bucket);
-      const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-      KDA_CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));
-      KDA_CUDA_CHECK(err);
-      state_->cuda_graphs[bucket] = exec;
-      KDA_CUDA_CHECK(cudaGraphUpload(exec, s.stream));
-      KDA_CUDA_CHECK(cudaStreamSynchronize(s.stream));  // setup, not a round: settle memory numbers
-      KDA_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
-      st.device_bytes = int64_t(free_before) - int64_t(free_after);
-#endif
+      detail::Graph graph = capture.end();
+      graph.upload(s);
+      state_->graphs[bucket] = std::move(graph);
     }
+    detail::StreamHandle::view(s).synchronize();  // setup, not a round: settle the memory figure
+    st.device_bytes = free_before - detail::free_device_bytes(s.backend);
     st.capture_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     stats_.push_back(st);
   }
@@ -239,7 +185,7 @@ void GraphRunner::accept(const Stream& s, const int32_t* accepted) {
           "is captured in the round already; accept runs inside it");
   const int32_t r = rows();
   verifier_.enqueue_accept(s, accepted, r);
-  if (verifier_.config().mode == Mode::two_phase) verifier_.enqueue_commit(s, r);
+  if (mode_policy(verifier_.config().mode).commit) verifier_.enqueue_commit(s, r);
 }
 
 const BucketPlan& GraphRunner::plan() const { return plan_; }

@@ -6,9 +6,8 @@
 #include <random>
 #include <string>
 
-#include "graph/cpu_capture.h"
+#include "graph/dispatch.h"
 #include "graph/validate.h"
-#include "kernels/cuda_check.h"
 #include "kernels/memory.h"
 #include "kernels/synthetic.h"
 
@@ -72,9 +71,9 @@ struct HostEngine::Impl {
     round_counter = Buffer(b, sizeof(int64_t));
     accepted = Buffer(b, N * sizeof(int32_t));
     join_state = Buffer(b, verifier.slot_state_bytes() * L);
-    detail::fill_bytes(b, outputs.data(), 0, outputs.bytes());
-    detail::fill_bytes(b, round_counter.data(), 0, round_counter.bytes());
-    detail::fill_bytes(b, accepted.data(), 0, accepted.bytes());
+    outputs.fill(0);
+    round_counter.fill(0);
+    accepted.fill(0);
     // Gate parameters per layer: A_log [HV] then dt_bias [HV * K].
     std::vector<float> gate(L * (HV + HV * K));
     for (size_t l = 0; l < L; ++l) {
@@ -83,7 +82,7 @@ struct HostEngine::Impl {
       for (size_t e = 0; e < HV * K; ++e) a_log[HV + e] = synthetic_dt_bias(cfg.seed, uint32_t(l), uint32_t(e));
     }
     gate_params = Buffer(b, gate.size() * sizeof(float));
-    detail::copy_to_backend(b, gate_params.data(), gate.data(), gate.size() * sizeof(float));
+    gate_params.upload(gate.data(), gate.size() * sizeof(float));
     for (int32_t s = vc.pool.slots - 1; s >= 0; --s) free_slots.push_back(s);
 
     RoundHooks hooks;
@@ -117,14 +116,7 @@ struct HostEngine::Impl {
     p.v = v.data();
     p.g = g.data();
     p.beta = beta.data();
-    if (s.backend == Backend::cpu) {
-      detail::cpu_submit([p] { synthetic_inputs_cpu(p); });
-      return;
-    }
-#if defined(KDAGRAPH_WITH_CUDA)
-    detail::check_launch(launch_synthetic_inputs(p, s.stream), "synthetic_inputs",
-                         "rows=" + std::to_string(rows));
-#endif
+    detail::enqueue<SyntheticInputsOp>(s, p);
   }
 
   LayerInputs layer_inputs(int32_t layer) const {
@@ -154,14 +146,7 @@ struct HostEngine::Impl {
     p.tokens = cfg.verifier.tokens;
     p.accept_rate = float(cfg.accept_rate);
     p.accepted = accepted.as<int32_t>();
-    if (s.backend == Backend::cpu) {
-      detail::cpu_submit([p] { synthetic_sampler_cpu(p); });
-    } else {
-#if defined(KDAGRAPH_WITH_CUDA)
-      detail::check_launch(launch_synthetic_sampler(p, s.stream), "synthetic_sampler",
-                           "rows=" + std::to_string(rows));
-#endif
-    }
+    detail::enqueue<SyntheticSamplerOp>(s, p);
     return accepted.as<int32_t>();
   }
 
@@ -179,14 +164,7 @@ struct HostEngine::Impl {
       const Request r{next_request++, free_slots.back(), 0};
       free_slots.pop_back();
       p.request = uint32_t(r.id);
-      if (s.backend == Backend::cpu) {
-        detail::cpu_submit([p] { synthetic_state_cpu(p); });
-      } else {
-#if defined(KDAGRAPH_WITH_CUDA)
-        detail::check_launch(launch_synthetic_state(p, s.stream), "synthetic_state",
-                             "slot=" + std::to_string(r.slot) + " layers=" + std::to_string(p.layers));
-#endif
-      }
+      detail::enqueue<SyntheticStateOp>(s, p);
       verifier.enqueue_prefill(s, r.slot, join_state.data());  // stream-ordered before the next reuse
       live.push_back(r);
     }

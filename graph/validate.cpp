@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(KDAGRAPH_WITH_CUDA)
@@ -27,42 +28,131 @@ void throw_invalid(const char* where, const char* argument, const std::string& w
 
 }  // namespace detail
 
+namespace {
+
+bool is_mode(Mode m) {
+  switch (m) {
+    case Mode::two_phase:
+    case Mode::fused_accept: return true;
+  }
+  return false;
+}
+
+bool is_dtype(DType t) { return t == DType::f32 || t == DType::bf16; }
+
+}  // namespace
+
 void validate(const VerifierConfig& c) {
   const char* where = "VerifierConfig";
-  constexpr int64_t kMaxDim = 1 << 16;
   require(c.backend == Backend::cpu || c.backend == Backend::cuda, where, "backend", "is not cpu or cuda");
-  require_in_range(where, "model.layers", c.model.layers, 1, kMaxDim);
-  require_in_range(where, "model.heads", c.model.heads, 1, kMaxDim);
-  require_in_range(where, "model.value_heads", c.model.value_heads, 1, kMaxDim);
-  require(c.model.value_heads % c.model.heads == 0, where, "model.value_heads",
-          "= " + std::to_string(c.model.value_heads) + " is not a multiple of model.heads = " +
-              std::to_string(c.model.heads));
-  require_in_range(where, "model.head_k", c.model.head_k, 1, 1024);
-  require_in_range(where, "model.head_v", c.model.head_v, 1, 1024);
+  detail::validate_spec(where, round_spec(c), c.backend);
   require_in_range(where, "pool.slots", c.pool.slots, 1, int64_t(1) << 20);
   require_in_range(where, "pool.scratch_steps", c.pool.scratch_steps, 1, 64);
   require_in_range(where, "tokens", c.tokens, 1, c.pool.scratch_steps);
   require_in_range(where, "max_rows", c.max_rows, 1, c.pool.slots);
-  require(c.io_dtype == DType::f32 || c.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
-  require(c.pool.state_dtype == DType::f32 || c.pool.state_dtype == DType::bf16, where,
-          "pool.state_dtype", "is not f32 or bf16");
-  require(c.mode == Mode::two_phase || c.mode == Mode::fused_accept, where, "mode",
-          "is not two_phase or fused_accept");
-  if (c.options.gate == GateMode::lower_bound)
-    require(c.options.gate_lower_bound < 0.0f, where, "options.gate_lower_bound",
-            "= " + std::to_string(c.options.gate_lower_bound) + " must be negative");
-  if (c.backend == Backend::cuda) {
-#if defined(KDAGRAPH_WITH_CUDA)
-    require(verify_cuda_supports(c.model.head_k, c.model.head_v), where, "model.head_k",
-            "= " + std::to_string(c.model.head_k) + " with head_v = " + std::to_string(c.model.head_v) +
-                " is not supported by the CUDA verify (supported: K = V = 64 or 128)");
-#else
-    require(false, where, "backend", "= cuda, but kdagraph was built without CUDA");
-#endif
-  }
+  require(is_dtype(c.pool.state_dtype), where, "pool.state_dtype", "is not f32 or bf16");
 }
 
 namespace detail {
+
+void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
+  constexpr int64_t kMaxDim = 1 << 16;
+  const ModelShape& m = spec.model;
+  require_in_range(where, "model.layers", m.layers, 1, kMaxDim);
+  require_in_range(where, "model.heads", m.heads, 1, kMaxDim);
+  require_in_range(where, "model.value_heads", m.value_heads, 1, kMaxDim);
+  require(m.value_heads % m.heads == 0, where, "model.value_heads",
+          "= " + std::to_string(m.value_heads) + " is not a multiple of model.heads = " + std::to_string(m.heads));
+  require_in_range(where, "model.head_k", m.head_k, 1, 1024);
+  require_in_range(where, "model.head_v", m.head_v, 1, 1024);
+  require_in_range(where, "tokens", spec.tokens, 1, 1024);
+  require(is_dtype(spec.io_dtype), where, "io_dtype", "is not f32 or bf16");
+  require(is_mode(spec.mode), where, "mode", "= " + std::to_string(int(spec.mode)) + " is not a Mode");
+  if (spec.options.gate == GateMode::lower_bound)
+    require(spec.options.gate_lower_bound < 0.0f, where, "options.gate_lower_bound",
+            "= " + std::to_string(spec.options.gate_lower_bound) + " must be negative");
+  switch (backend) {
+    case Backend::cpu: return;
+    case Backend::cuda:
+#if defined(KDAGRAPH_WITH_CUDA)
+      require(verify_cuda_supports(m.head_k, m.head_v), where, "model.head_k",
+              "= " + std::to_string(m.head_k) + " with head_v = " + std::to_string(m.head_v) +
+                  " is not supported by the CUDA verify (supported: K = V = 64 or 128)");
+#else
+      require(false, where, "backend", "= cuda, but kdagraph was built without CUDA");
+#endif
+      return;
+  }
+  require(false, where, "stream.backend", "is not cpu or cuda");
+}
+
+namespace {
+
+void validate_view(const char* where, const std::string& name, const StateView& v, const RoundSpec& spec,
+                   int64_t min_rows, Backend backend) {
+  const std::string arg = name + ".";
+  auto field = [&](const char* f) { return arg + f; };
+  require(is_dtype(v.dtype), where, field("dtype").c_str(), "is not f32 or bf16");
+  require_in_range(where, field("layers").c_str(), v.layers, spec.model.layers, spec.model.layers);
+  require_in_range(where, field("rows").c_str(), v.rows, min_rows, int64_t(1) << 40);
+  const int64_t row_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
+  require_in_range(where, field("row_stride").c_str(), v.row_stride, row_elems, int64_t(1) << 40);
+  const int64_t es = int64_t(dtype_size(v.dtype));
+  require(v.row_stride * es % 16 == 0, where, field("row_stride").c_str(),
+          "= " + std::to_string(v.row_stride) + " elements (" + std::to_string(v.row_stride * es) +
+              " bytes) is not a multiple of 16 bytes");
+  require((v.base == nullptr) != (v.layer_table == nullptr), where, name.c_str(),
+          "must set exactly one of base (one allocation) and layer_table (per-layer bases)");
+  if (v.base != nullptr) {
+    require_buffer(where, field("base").c_str(), v.base, 16);
+    if (v.layers > 1)
+      require_in_range(where, field("layer_stride").c_str(), v.layer_stride, v.rows * v.row_stride, int64_t(1) << 50);
+    return;
+  }
+  require_buffer(where, field("layer_table").c_str(), v.layer_table, alignof(void*));
+  // A table in host memory is checked here; one in device memory by the kernels (layer_base_invalid).
+  if (backend == Backend::cpu)
+    for (int32_t l = 0; l < v.layers; ++l)
+      require_buffer(where, (field("layer_table[") + std::to_string(l) + "]").c_str(), v.layer_table[l], 16);
+}
+
+}  // namespace
+
+void validate_storage(const char* where, const RoundSpec& spec, const SlotStorage& st, Backend backend) {
+  require_in_range(where, "storage.slots", st.slots, 1, INT32_MAX);
+  require_in_range(where, "storage.scratch_steps", st.scratch_steps, spec.tokens, 1 << 16);
+  validate_view(where, "storage.pool", st.pool, spec, st.slots, backend);
+  if (mode_policy(spec.mode).per_token_scratch) {
+    validate_view(where, "storage.scratch", st.scratch, spec, int64_t(st.slots) * st.scratch_steps, backend);
+    require(st.scratch.dtype == st.pool.dtype, where, "storage.scratch.dtype",
+            std::string("= ") + to_string(st.scratch.dtype) + " differs from storage.pool.dtype = " +
+                to_string(st.pool.dtype));
+  }
+  require_buffer(where, "storage.accept_len", st.accept_len, alignof(int32_t));
+  if (st.errors != nullptr) require_buffer(where, "storage.errors", st.errors, alignof(DeviceErrorWord));
+}
+
+void validate_indices(const char* where, const RoundSpec& spec, const RoundIndices& idx, int32_t rows) {
+  require_in_range(where, "idx.tokens", idx.tokens, spec.tokens, spec.tokens);
+  require_in_range(where, "idx.capacity", idx.capacity, 1, INT32_MAX);
+  require_in_range(where, "rows", rows, 1, idx.capacity);
+  const std::pair<const char*, const int32_t*> arrays[] = {
+      {"idx.row_slot", idx.row_slot},       {"idx.seed_pool", idx.seed_pool}, {"idx.seed_scratch", idx.seed_scratch},
+      {"idx.seed_accept", idx.seed_accept}, {"idx.write_row", idx.write_row}, {"idx.row_accept", idx.row_accept}};
+  for (const auto& [name, array] : arrays) require_buffer(where, name, array, alignof(int32_t));
+}
+
+void validate_batch_view(const char* where, const BatchView& batch) {
+  require_buffer(where, "batch.slots", batch.slots, alignof(int32_t));
+  require_buffer(where, "batch.n_real", batch.n_real, alignof(int32_t));
+}
+
+void require_buffer(const char* where, const char* name, const void* p, uintptr_t alignment) {
+  require(p != nullptr, where, name, "is null");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  require(addr % alignment == 0, where, name,
+          "= " + std::to_string(addr) + " is not " + std::to_string(alignment) + "-byte aligned");
+}
 
 void validate_batch(const char* where, const int32_t* slots, int32_t n, int32_t max_rows,
                     int32_t pool_slots) {
@@ -110,16 +200,7 @@ void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t
   }
 }
 
-namespace {
-void require_buffer(const char* where, const char* name, const void* p, uintptr_t alignment) {
-  require(p != nullptr, where, name, "is null");
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  require(addr % alignment == 0, where, name,
-          "= " + std::to_string(addr) + " is not " + std::to_string(alignment) + "-byte aligned");
-}
-}  // namespace
-
-void validate_layer_inputs(const char* where, const LayerInputs& in, const VerifierConfig& c) {
+void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& c) {
   require_buffer(where, "q", in.q, 16);
   require_buffer(where, "k", in.k, 16);
   require_buffer(where, "v", in.v, 16);
@@ -152,7 +233,11 @@ bool cuda_available() {
 const char* to_string(DType t) { return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "?"; }
 const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : b == Backend::cuda ? "cuda" : "?"; }
 const char* to_string(Mode m) {
-  return m == Mode::two_phase ? "two-phase" : m == Mode::fused_accept ? "fused-accept" : "?";
+  switch (m) {
+    case Mode::two_phase: return "two-phase";
+    case Mode::fused_accept: return "fused-accept";
+  }
+  return "?";
 }
 const char* to_string(DeviceErrorCode c) {
   switch (c) {
@@ -160,6 +245,7 @@ const char* to_string(DeviceErrorCode c) {
     case DeviceErrorCode::slot_out_of_range: return "slot_out_of_range";
     case DeviceErrorCode::slot_repeated: return "slot_repeated";
     case DeviceErrorCode::accept_out_of_range: return "accept_out_of_range";
+    case DeviceErrorCode::layer_base_invalid: return "layer_base_invalid";
   }
   return "?";
 }

@@ -1,12 +1,22 @@
-// SPEC §6: host-side validation, one function per concept. Each throws InvalidArgument naming the
+// SPEC §6, §10: host-side validation, one function per concept. Each throws InvalidArgument naming the
 // entry point, the argument, its value and the allowed range, before anything is enqueued.
 #pragma once
 
 #include <cstdint>
 
+#include "kdagraph/ops.hpp"
 #include "kdagraph/verifier.hpp"
 
 namespace kdagraph::detail {
+
+// The round's shape, options and mode, and what `backend` supports of them.
+void validate_spec(const char* where, const RoundSpec& spec, Backend backend);
+// The storage views against the spec: dtypes, layers, rows, strides, alignment, and on the CPU backend
+// the entries of a layer table. `spec` is valid.
+void validate_storage(const char* where, const RoundSpec& spec, const SlotStorage& storage, Backend backend);
+// Index arrays present, T matching the spec, and `rows` in [1, capacity].
+void validate_indices(const char* where, const RoundSpec& spec, const RoundIndices& idx, int32_t rows);
+void validate_batch_view(const char* where, const BatchView& batch);
 
 void validate_batch(const char* where, const int32_t* slots, int32_t n, int32_t max_rows,
                     int32_t pool_slots);
@@ -15,7 +25,9 @@ void validate_layer_index(const char* where, int32_t layer, int32_t layers);
 void validate_slot(const char* where, int32_t slot, int32_t pool_slots);
 void validate_slot_list(const char* where, const int32_t* slots, int32_t count, int32_t pool_slots);
 void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t n, int32_t tokens);
-void validate_layer_inputs(const char* where, const LayerInputs& in, const VerifierConfig& config);
+void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& spec);
 void validate_stream(const char* where, const Stream& s, Backend backend);
+// A non-null pointer aligned to `alignment` bytes.
+void require_buffer(const char* where, const char* name, const void* p, uintptr_t alignment);
 
 }  // namespace kdagraph::detail

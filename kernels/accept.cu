@@ -1,5 +1,7 @@
 // SPEC §3 accept on the device: one thread per batch row runs accept_row, the CPU's own function.
 #include "kernels/accept.h"
+
+#include "kdagraph/error.hpp"
 #include "kernels/launch.cuh"
 
 namespace kdagraph {
@@ -15,7 +17,8 @@ __global__ void __launch_bounds__(kAcceptThreads) accept_kernel(const AcceptPara
 }  // namespace
 
 cudaError_t launch_accept(const AcceptParams& p, cudaStream_t stream) {
-  if (p.rows < 0 || p.tokens < 1) return cudaErrorInvalidValue;
+  require_in_range("launch_accept", "rows", p.rows, 0, INT32_MAX);
+  require_in_range("launch_accept", "tokens", p.tokens, 1, INT32_MAX);
   if (p.rows == 0) return cudaSuccess;
   const unsigned blocks = unsigned((p.rows + kAcceptThreads - 1) / kAcceptThreads);
   return launch_kernel(accept_kernel, blocks, kAcceptThreads, stream, p);

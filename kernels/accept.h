@@ -1,9 +1,11 @@
 // SPEC §3: accepting a round. The sampler's accept lengths arrive in device memory, one per batch row.
 //   fused-accept: accept_len[row_slot[n]] = a      two-phase: row_accept[n] = a (commit reads it)
+// (which of the two: ModePolicy::accept_sets_slot)
 // A length outside [1, T] is clamped into it and recorded in the device error word.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kdagraph/error.hpp"
 #include "kdagraph/types.hpp"
@@ -14,7 +16,7 @@ namespace kdagraph {
 struct AcceptParams {
   int32_t rows = 0;                  // N
   int32_t tokens = 0;                // T
-  Mode mode = Mode::fused_accept;
+  bool sets_slot = true;             // ModePolicy::accept_sets_slot
   const int32_t* row_slot = nullptr; // [N] from RoundIndices, -1 padded
   const int32_t* accepted = nullptr; // [N] the sampler's accept lengths
   int32_t* accept_len = nullptr;     // [P] fused-accept
@@ -25,7 +27,7 @@ struct AcceptParams {
 KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
   const int32_t slot = p.row_slot[n];
   if (slot < 0) {
-    if (p.mode == Mode::two_phase) p.row_accept[n] = 0;
+    if (!p.sets_slot) p.row_accept[n] = 0;
     return;
   }
   int32_t a = p.accepted[n];
@@ -33,7 +35,7 @@ KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
     record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, a);
     a = a < 1 ? 1 : p.tokens;
   }
-  if (p.mode == Mode::fused_accept) p.accept_len[slot] = a;
+  if (p.sets_slot) p.accept_len[slot] = a;
   else p.row_accept[n] = a;
 }
 
@@ -47,3 +49,15 @@ namespace kdagraph {
 cudaError_t launch_accept(const AcceptParams& p, cudaStream_t stream);
 }  // namespace kdagraph
 #endif
+
+namespace kdagraph {
+struct AcceptOp {
+  using Params = AcceptParams;
+  static constexpr const char* kName = "accept";
+  static void cpu(const Params& p) { accept_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_accept(p, s); }
+#endif
+  static std::string shape(const Params& p) { return "rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens); }
+};
+}  // namespace kdagraph

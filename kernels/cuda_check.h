@@ -2,6 +2,11 @@
 // where it was made, and the error.
 #pragma once
 
+namespace kdagraph::detail {
+// A CUDA-only call in a build without CUDA: throws naming `what`.
+[[noreturn]] void throw_no_cuda(const char* what);
+}  // namespace kdagraph::detail
+
 #if defined(KDAGRAPH_WITH_CUDA)
 #include <cuda_runtime_api.h>
 

@@ -4,11 +4,12 @@
 // policy (indices_cpu.cpp) and a CUDA stream policy (indices.cu). It allocates nothing and returns
 // nothing to the host, so it is capture-safe.
 //
-// [TAG_INDEX_LAYOUT] RoundIndices is what verify (seed_*, write_row), accept (row_slot) and commit
-// (row_slot) read; change them together.
+// [TAG_INDEX_LAYOUT] RoundIndices (include/kdagraph/ops.hpp) is what verify (seed_*, write_row), accept
+// (row_slot, row_accept) and commit (row_slot, row_accept) read; change them together.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kdagraph/error.hpp"
 #include "kernels/device_error.h"
@@ -16,15 +17,6 @@
 #include "kernels/layout.h"
 
 namespace kdagraph {
-
-// Per-row indices of one round, at a bucket's row count N. Every entry of a padded row is negative.
-struct RoundIndices {
-  int32_t* row_slot = nullptr;      // [N] slot of the row, -1 padded
-  int32_t* seed_pool = nullptr;     // [N] slot when the seed is pool[slot], else -1
-  int32_t* seed_scratch = nullptr;  // [N] scratch row when the seed is scratch, else -1
-  int32_t* seed_accept = nullptr;   // [N] gathered accept_len of the row's slot, -1 padded
-  int32_t* write_row = nullptr;     // [N, T] scratch row of each post-state, -1 padded
-};
 
 struct IndexBuildParams {
   const int32_t* slots = nullptr;       // [N] requested slot per row, -1 marks padding
@@ -97,3 +89,18 @@ namespace kdagraph {
 cudaError_t launch_build_indices(const IndexBuildParams& p, cudaStream_t stream);
 }  // namespace kdagraph
 #endif
+
+namespace kdagraph {
+// The index build as an operation of the backend seam (graph/dispatch.h).
+struct BuildIndicesOp {
+  using Params = IndexBuildParams;
+  static constexpr const char* kName = "build_indices";
+  static void cpu(const Params& p) { build_indices_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_build_indices(p, s); }
+#endif
+  static std::string shape(const Params& p) {
+    return "rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens) + " P=" + std::to_string(p.pool_slots);
+  }
+};
+}  // namespace kdagraph

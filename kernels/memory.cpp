@@ -9,15 +9,9 @@
 #include "kernels/cuda_check.h"
 
 namespace kdagraph::detail {
-#if !defined(KDAGRAPH_WITH_CUDA)
-namespace {
-
-[[noreturn]] void no_cuda(const char* what) {
+void throw_no_cuda(const char* what) {
   throw Error(std::string(what) + ": backend cuda requested, but kdagraph was built without CUDA");
 }
-
-}  // namespace
-#endif
 
 Buffer::Buffer(Backend backend, size_t bytes) : backend_(backend), bytes_(bytes) {
   if (bytes == 0) return;
@@ -29,11 +23,19 @@ Buffer::Buffer(Backend backend, size_t bytes) : backend_(backend), bytes_(bytes)
 #if defined(KDAGRAPH_WITH_CUDA)
   KDA_CUDA_CHECK(cudaMalloc(&data_, bytes));
 #else
-  no_cuda("Buffer");
+  throw_no_cuda("Buffer");
 #endif
 }
 
 Buffer::~Buffer() { release(); }
+
+void Buffer::upload(const void* src, size_t bytes) {
+  require(bytes <= bytes_, "Buffer::upload", "bytes",
+          "= " + std::to_string(bytes) + " exceeds the buffer's " + std::to_string(bytes_));
+  copy_to_backend(backend_, data_, src, bytes);
+}
+
+void Buffer::fill(int byte) { fill_bytes(backend_, data_, byte, bytes_); }
 
 void Buffer::release() noexcept {
   if (data_ == nullptr) return;
@@ -73,7 +75,7 @@ MappedHostBuffer::MappedHostBuffer(Backend backend, size_t bytes) : backend_(bac
   std::memset(host_, 0, bytes);
   KDA_CUDA_CHECK(cudaHostGetDevicePointer(&device_, host_, 0));
 #else
-  no_cuda("MappedHostBuffer");
+  throw_no_cuda("MappedHostBuffer");
 #endif
 }
 
@@ -99,7 +101,7 @@ void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes, 
   KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
 #else
   (void)stream;
-  no_cuda("copy_to_backend");
+  throw_no_cuda("copy_to_backend");
 #endif
 }
 
@@ -114,7 +116,7 @@ void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes, cud
   KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
 #else
   (void)stream;
-  no_cuda("copy_to_host");
+  throw_no_cuda("copy_to_host");
 #endif
 }
 
@@ -130,7 +132,18 @@ void fill_bytes(Backend backend, void* dst, int value, size_t bytes) {
   KDA_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, nullptr));
   KDA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 #else
-  no_cuda("fill_bytes");
+  throw_no_cuda("fill_bytes");
+#endif
+}
+
+int64_t free_device_bytes(Backend backend) {
+  if (backend != Backend::cuda) return 0;
+#if defined(KDAGRAPH_WITH_CUDA)
+  size_t free = 0, total = 0;
+  KDA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return int64_t(free);
+#else
+  throw_no_cuda("free_device_bytes");
 #endif
 }
 

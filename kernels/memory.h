@@ -3,10 +3,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kdagraph/types.hpp"
 
 namespace kdagraph::detail {
+
+// Synchronous copies for setup, tests and tools; never called on a round's hot path. On CUDA the copy is
+// ordered on `stream` after the work already enqueued there, and the call returns once it is done.
+void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
+void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
+void fill_bytes(Backend backend, void* dst, int value, size_t bytes);
+// Free device memory (cudaMemGetInfo) on CUDA, 0 on the CPU: what a graph took is the drop across it.
+int64_t free_device_bytes(Backend backend);
 
 // Backend memory: 64-byte aligned host memory on the CPU, cudaMalloc on CUDA.
 class Buffer {
@@ -20,13 +29,31 @@ class Buffer {
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;
 
-  void* data() const { return data_; }
+  // A buffer holding a copy of `host` (setup, tests, tools).
   template <class T>
+  static Buffer copy_of(Backend backend, const std::vector<T>& host) {
+    Buffer b(backend, host.size() * sizeof(T));
+    b.upload(host.data(), b.bytes());
+    return b;
+  }
+
+  void* data() const { return data_; }
+  template <class T = void>
   T* as() const {
     return static_cast<T*>(data_);
   }
   size_t bytes() const { return bytes_; }
   Backend backend() const { return backend_; }
+
+  // Synchronous setup helpers, never on a round's hot path: on CUDA each finishes before it returns.
+  void upload(const void* src, size_t bytes);
+  void fill(int byte);
+  template <class T>
+  std::vector<T> download() const {
+    std::vector<T> out(bytes_ / sizeof(T));
+    copy_to_host(backend_, out.data(), data_, out.size() * sizeof(T));
+    return out;
+  }
 
  private:
   void release() noexcept;
@@ -54,11 +81,5 @@ class MappedHostBuffer {
   void* host_ = nullptr;
   void* device_ = nullptr;
 };
-
-// Synchronous copies for setup, tests and tools; never called on a round's hot path. On CUDA the copy is
-// ordered on `stream` after the work already enqueued there, and the call returns once it is done.
-void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
-void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
-void fill_bytes(Backend backend, void* dst, int value, size_t bytes);
 
 }  // namespace kdagraph::detail

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kdagraph/error.hpp"
 #include "kdagraph/types.hpp"
@@ -19,23 +20,46 @@ struct StateCopyParams {
   const int32_t* slot_of = nullptr;   // [count] slot of each entry; negative entries are skipped
   const int32_t* accept_of = nullptr; // [count] accept length per entry (commit); nullptr: accept_len[slot]
   int32_t* accept_len = nullptr;      // [P]
-  StateGeometry geometry;
-  DType state_dtype = DType::f32;
-  void* pool = nullptr;
-  const void* scratch = nullptr;
+  int32_t slots = 0;                  // P
+  int32_t scratch_steps = 0;          // S
+  int64_t row_elems = 0;              // HV * V * K: what one layer of one slot holds
+  StateView pool;                     // rows are slots
+  StateView scratch;                  // rows are slot * S + t, same dtype as the pool
   DeviceErrorWord* errors = nullptr;
 };
 
 // Accept length of entry e, clamped to [0, S]; 0 means nothing to copy. -1: skip the entry.
 KDA_HD int32_t copy_source_accept(const StateCopyParams& p, int32_t e, bool report) {
   const int32_t slot = p.slot_of[e];
-  if (slot < 0 || slot >= p.geometry.slots) return -1;
+  if (slot < 0 || slot >= p.slots) return -1;
   const int32_t a = p.accept_of ? p.accept_of[e] : p.accept_len[slot];
-  if (a < 0 || a > p.geometry.scratch_steps) {
+  if (a < 0 || a > p.scratch_steps) {
     if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, e, a);
-    return a < 0 ? 0 : p.geometry.scratch_steps;
+    return a < 0 ? 0 : p.scratch_steps;
   }
   return a;
+}
+
+// Where entry e copies from and to in layer `layer`, or {nullptr, nullptr} when there is nothing to copy:
+// a skipped entry, accept length 0, or an invalid layer base. A clamped accept length is recorded when
+// `report_accept`, an invalid layer base when `report_layer` (so each is recorded once, not per thread).
+struct CopyRows {
+  const char* src;
+  char* dst;
+};
+KDA_HD CopyRows copy_rows(const StateCopyParams& p, int32_t e, int32_t layer, bool report_accept,
+                          bool report_layer) {
+  const int32_t a = copy_source_accept(p, e, report_accept);
+  if (a <= 0) return CopyRows{nullptr, nullptr};
+  char* pool = layer_base(p.pool, layer);
+  char* scratch = layer_base(p.scratch, layer);
+  if (pool == nullptr || scratch == nullptr) {
+    if (report_layer) record_device_error(p.errors, DeviceErrorCode::layer_base_invalid, e, layer);
+    return CopyRows{nullptr, nullptr};
+  }
+  const int32_t slot = p.slot_of[e];
+  return CopyRows{state_row(scratch, p.scratch, scratch_row(slot, a - 1, p.scratch_steps)),
+                  state_row(pool, p.pool, slot)};
 }
 
 void copy_accepted_states_cpu(const StateCopyParams& p);
@@ -52,3 +76,26 @@ cudaError_t launch_copy_accepted_states(const StateCopyParams& p, cudaStream_t s
 cudaError_t launch_reset_accept_len(const StateCopyParams& p, cudaStream_t stream);
 }  // namespace kdagraph
 #endif
+
+namespace kdagraph {
+struct CopyAcceptedStatesOp {
+  using Params = StateCopyParams;
+  static constexpr const char* kName = "copy_accepted_states";
+  static void cpu(const Params& p) { copy_accepted_states_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_copy_accepted_states(p, s); }
+#endif
+  static std::string shape(const Params& p) {
+    return "count=" + std::to_string(p.count) + " layers=" + std::to_string(p.pool.layers);
+  }
+};
+struct ResetAcceptLenOp {
+  using Params = StateCopyParams;
+  static constexpr const char* kName = "reset_accept_len";
+  static void cpu(const Params& p) { reset_accept_len_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_reset_accept_len(p, s); }
+#endif
+  static std::string shape(const Params& p) { return "count=" + std::to_string(p.count); }
+};
+}  // namespace kdagraph

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kdagraph/types.hpp"
 #include "kernels/kda_math.h"
@@ -164,3 +165,37 @@ cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, cudaStream
 cudaError_t launch_synthetic_state(const SyntheticStateParams& p, cudaStream_t stream);
 }  // namespace kdagraph
 #endif
+
+namespace kdagraph {
+struct SyntheticInputsOp {
+  using Params = SyntheticInputParams;
+  static constexpr const char* kName = "synthetic_inputs";
+  static void cpu(const Params& p) { synthetic_inputs_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_synthetic_inputs(p, s); }
+#endif
+  static std::string shape(const Params& p) {
+    return "layer=" + std::to_string(p.layer) + " rows=" + std::to_string(p.rows);
+  }
+};
+struct SyntheticSamplerOp {
+  using Params = SyntheticSamplerParams;
+  static constexpr const char* kName = "synthetic_sampler";
+  static void cpu(const Params& p) { synthetic_sampler_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_synthetic_sampler(p, s); }
+#endif
+  static std::string shape(const Params& p) { return "rows=" + std::to_string(p.rows); }
+};
+struct SyntheticStateOp {
+  using Params = SyntheticStateParams;
+  static constexpr const char* kName = "synthetic_state";
+  static void cpu(const Params& p) { synthetic_state_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_synthetic_state(p, s); }
+#endif
+  static std::string shape(const Params& p) {
+    return "request=" + std::to_string(p.request) + " layers=" + std::to_string(p.layers);
+  }
+};
+}  // namespace kdagraph

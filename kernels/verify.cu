@@ -15,7 +15,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
+#include "kdagraph/error.hpp"
 #include "kernels/kda_math.h"
 #include "kernels/launch.cuh"
 #include "kernels/verify.h"
@@ -206,8 +208,11 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(
   IoT* o_tile = static_cast<IoT*>(p.o) + (int64_t(n) * T * HV + h) * V + v0;
   const int32_t o_stride = HV * V;
 
-  const int32_t seed_pool = p.seed_pool[n], seed_scratch = p.seed_scratch[n];
-  if (seed_pool < 0 && seed_scratch < 0) {  // padded row: zeros out, nothing read, no state written
+  // The whole seed tile is in registers before any post-state is written: the seed may be a scratch
+  // row this verify overwrites (SPEC §3). Each element is read and later written by the same thread
+  // only, and no other block touches this tile.
+  const StateT* seed = verify_seed<StateT>(p, n, tile == 0 && h == 0 && threadIdx.x == 0);
+  if (seed == nullptr) {  // padded row: zeros out, nothing read, no state written
     for (int e = int(threadIdx.x); e < T * Tile::kTileV; e += Tile::kThreads)
       o_tile[e / Tile::kTileV * o_stride + e % Tile::kTileV] = math::from_f32<IoT>(0.0f);
     return;
@@ -217,20 +222,14 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(
   const int group_lane = lane % Tile::kGroupLanes;
   const int tile_row0 = (warp * Tile::kGroupsPerWarp + lane / Tile::kGroupLanes) * kRows;  // in the tile
   const int i0 = group_lane * kSlice;  // first key channel of this lane's slice
-  const int64_t head_elems = int64_t(V) * K, row_elems = HV * head_elems;
+  const int64_t head_elems = int64_t(V) * K;
   const int64_t slice_offset = h * head_elems + int64_t(v0 + tile_row0) * K + i0;
 
-  // The whole seed tile is in registers before any post-state is written: the seed may be a scratch
-  // row this verify overwrites (SPEC §3). Each element is read and later written by the same thread
-  // only, and no other block touches this tile.
-  const StateT* seed = seed_pool >= 0
-                           ? static_cast<const StateT*>(p.pool_layer) + seed_pool * row_elems
-                           : static_cast<const StateT*>(p.scratch_layer) + seed_scratch * row_elems;
   float s[kRows][kSlice];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) load_slice(seed + slice_offset + int64_t(r) * K, s[r]);
 
-  StateT* post_tile = static_cast<StateT*>(p.scratch_layer) + slice_offset;  // at scratch row 0
+  char* const scratch = layer_base(p.scratch, p.layer);  // checked by verify_seed
   for (int32_t t0 = 0; t0 < T; t0 += kChunkTokens) {
     const int32_t count = T - t0 < kChunkTokens ? T - t0 : kChunkTokens;
     if (t0 > 0) __syncthreads();  // the previous chunk is consumed before it is overwritten
@@ -281,7 +280,7 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(
       for (int r = 0; r < kRows; ++r)  // lane r of the group writes row r's output, one store per lane
         if (group_lane == r) out_rows[r] = math::from_f32<IoT>(out[r]);
       if (write_row >= 0) {
-        StateT* post = post_tile + write_row * row_elems;
+        StateT* post = reinterpret_cast<StateT*>(state_row(scratch, p.scratch, write_row)) + slice_offset;
 #pragma unroll
         for (int r = 0; r < kRows; ++r) store_slice(post + int64_t(r) * K, s[r]);
       }
@@ -293,21 +292,27 @@ template <int K, class IoT, class StateT>
 cudaError_t launch_tiles(const VerifyParams& p, cudaStream_t stream) {
   using Tile = VerifyTile<K, VerifyConfig<K>::kRows>;
   const int64_t blocks = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
-  if (blocks > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+  require(blocks <= int64_t(INT32_MAX), "launch_verify", "rows",
+          "= " + std::to_string(p.rows) + " with HV = " + std::to_string(p.value_heads) + " needs " +
+              std::to_string(blocks) + " blocks, more than a grid holds");
   return launch_kernel(verify_kernel<K, VerifyConfig<K>::kRows, IoT, StateT>, unsigned(blocks), Tile::kThreads, stream, p);
 }
 
 // The one place run-time sizes and dtypes become template parameters.
 template <int K>
 cudaError_t dispatch_dtypes(const VerifyParams& p, cudaStream_t stream) {
-  const bool io_f32 = p.io_dtype == DType::f32, state_f32 = p.state_dtype == DType::f32;
+  const bool io_f32 = p.io_dtype == DType::f32, state_f32 = p.pool.dtype == DType::f32;
   if (io_f32 && state_f32) return launch_tiles<K, float, float>(p, stream);
   if (io_f32) return launch_tiles<K, float, bf16>(p, stream);
   if (state_f32) return launch_tiles<K, bf16, float>(p, stream);
   return launch_tiles<K, bf16, bf16>(p, stream);
 }
 
-bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+void require_aligned(const char* argument, const void* ptr, uintptr_t bytes) {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  require(ptr != nullptr && addr % bytes == 0, "launch_verify", argument,
+          "= " + std::to_string(addr) + " must be non-null and " + std::to_string(bytes) + "-byte aligned");
+}
 
 }  // namespace
 
@@ -316,20 +321,34 @@ bool verify_cuda_supports(int32_t head_k, int32_t head_v) {
 }
 
 cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
-  if (!verify_cuda_supports(p.head_k, p.head_v)) return cudaErrorInvalidValue;
-  if (p.rows < 0 || p.tokens < 1 || p.heads < 1 || p.value_heads < 1 || p.value_heads % p.heads != 0)
-    return cudaErrorInvalidValue;
+  const char* where = "launch_verify";
+  require(verify_cuda_supports(p.head_k, p.head_v), where, "head_k",
+          "= " + std::to_string(p.head_k) + " with head_v = " + std::to_string(p.head_v) +
+              ": the CUDA verify is built for K = V = 64 and K = V = 128 only");
+  require_in_range(where, "rows", p.rows, 0, INT32_MAX);
+  require_in_range(where, "tokens", p.tokens, 1, INT32_MAX);
+  require(p.heads >= 1 && p.value_heads >= 1 && p.value_heads % p.heads == 0, where, "value_heads",
+          "= " + std::to_string(p.value_heads) + " is not a positive multiple of heads = " + std::to_string(p.heads));
+  require(p.scratch.dtype == p.pool.dtype, where, "scratch.dtype", "differs from pool.dtype");
   if (p.rows == 0) return cudaSuccess;
-  const void* scratch = p.scratch_layer;
-  for (const void* ptr : {p.q, p.k, p.v, p.g, p.beta, static_cast<const void*>(p.o), p.pool_layer, scratch,
-                          static_cast<const void*>(p.seed_pool), static_cast<const void*>(p.seed_scratch),
-                          static_cast<const void*>(p.write_row)})
-    if (ptr == nullptr) return cudaErrorInvalidValue;
-  // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words, the
-  // gate parameters as 4-byte cp.async.
-  for (const void* ptr : {p.q, p.k, p.v, p.g, p.pool_layer, scratch})
-    if (!aligned(ptr, 16)) return cudaErrorInvalidValue;
-  if (!aligned(p.A_log, 4) || !aligned(p.dt_bias, 4)) return cudaErrorInvalidValue;
+  // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words from
+  // 16-byte aligned rows, the gate parameters as 4-byte cp.async.
+  require_aligned("q", p.q, 16);
+  require_aligned("k", p.k, 16);
+  require_aligned("v", p.v, 16);
+  require_aligned("g", p.g, 16);
+  const uintptr_t io_bytes = p.io_dtype == DType::f32 ? 4 : 2;
+  require_aligned("o", p.o, io_bytes);
+  require_aligned("beta", p.beta, io_bytes);
+  for (const int32_t* index : {p.seed_pool, p.seed_scratch, p.write_row}) require_aligned("indices", index, 4);
+  for (const StateView* view : {&p.pool, &p.scratch}) {
+    const char* name = view == &p.pool ? "pool" : "scratch";
+    require((view->row_stride * (view->dtype == DType::f32 ? 4 : 2)) % 16 == 0, where, name,
+            "row_stride = " + std::to_string(view->row_stride) + " elements is not a multiple of 16 bytes");
+    if (view->layer_table == nullptr) require_aligned(name, view->base, 16);
+  }
+  if (p.A_log != nullptr) require_aligned("A_log", p.A_log, 4);
+  if (p.dt_bias != nullptr) require_aligned("dt_bias", p.dt_bias, 4);
   return p.head_k == 128 ? dispatch_dtypes<128>(p, stream) : dispatch_dtypes<64>(p, stream);
 }
 

@@ -43,20 +43,18 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
   const int32_t K = p.head_k, V = p.head_v, T = p.tokens;
   const int32_t hq = h / (p.value_heads / p.heads);
   const int64_t head_elems = int64_t(K) * V;
-  const int64_t row_elems = int64_t(p.value_heads) * head_elems;
   IoT* o = static_cast<IoT*>(p.o);
 
-  const int32_t seed_pool = p.seed_pool[n], seed_scratch = p.seed_scratch[n];
-  if (seed_pool < 0 && seed_scratch < 0) {  // padded row
+  const StateT* seed = verify_seed<StateT>(p, n, h == 0);
+  if (seed == nullptr) {  // padded row
     for (int32_t t = 0; t < T; ++t) {
       IoT* out = o + ((int64_t(n) * T + t) * p.value_heads + h) * V;
       for (int32_t j = 0; j < V; ++j) out[j] = math::from_f32<IoT>(0.0f);
     }
     return;
   }
-  const StateT* seed = seed_pool >= 0
-      ? static_cast<const StateT*>(p.pool_layer) + seed_pool * row_elems + h * head_elems
-      : static_cast<const StateT*>(p.scratch_layer) + seed_scratch * row_elems + h * head_elems;
+  seed += h * head_elems;
+  char* const scratch = layer_base(p.scratch, p.layer);  // checked by verify_seed
 
   const float q_scale = math::query_scale(p.options, K);
   const float a_log = p.A_log ? p.A_log[h] : 0.0f;
@@ -96,7 +94,9 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
         out = math::accumulate(out, s[i], qq[i]);
       }
       o[v_off + j] = math::from_f32<IoT>(out);
-      StateT* post = static_cast<StateT*>(p.scratch_layer) + p.write_row[tok] * row_elems + h * head_elems;
+      const int32_t write_row = p.write_row[tok];
+      if (write_row < 0) continue;
+      StateT* post = reinterpret_cast<StateT*>(state_row(scratch, p.scratch, write_row)) + h * head_elems;
       for (int32_t i = 0; i < K; ++i) post[int64_t(j) * K + i] = math::from_f32<StateT>(s[i]);
     }
   }
@@ -117,7 +117,7 @@ void verify_all(const VerifyParams& p) {
 }  // namespace
 
 void verify_cpu(const VerifyParams& p) {
-  const bool io_f32 = p.io_dtype == DType::f32, st_f32 = p.state_dtype == DType::f32;
+  const bool io_f32 = p.io_dtype == DType::f32, st_f32 = p.pool.dtype == DType::f32;
   if (io_f32 && st_f32) verify_all<float, float>(p);
   else if (io_f32) verify_all<float, bf16>(p);
   else if (st_f32) verify_all<bf16, float>(p);

@@ -62,8 +62,9 @@ void BM_VerifyCpu(benchmark::State& state) {
   p.g = g.data();
   p.beta = beta.data();
   p.o = o.data();
-  p.pool_layer = pool.data();
-  p.scratch_layer = scratch.data();
+  const StateGeometry geo{1, P, S, HV, V, K};
+  p.pool = pool_view(geo, pool.data(), DType::f32);
+  p.scratch = scratch_view(geo, scratch.data(), DType::f32);
   p.seed_pool = seed_pool.data();
   p.seed_scratch = seed_scratch.data();
   p.write_row = write_row.data();

@@ -181,7 +181,7 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const Device
     slots[size_t(s)] = s;
     accept_len[size_t(s)] = s % 2 == 1 ? 1 + s / 2 % T : 0;
   }
-  std::vector<int32_t> index(size_t(B) * (4 + T));
+  std::vector<int32_t> index(size_t(round_index_elems(B, T)));
   IndexBuildParams ip;
   ip.slots = slots.data();
   ip.n_real = n_real.data();
@@ -190,8 +190,7 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const Device
   ip.scratch_steps = S;
   ip.tokens = T;
   ip.rows = B;
-  ip.out = RoundIndices{index.data(), index.data() + B, index.data() + 2 * B, index.data() + 3 * B,
-                        index.data() + 4 * B};
+  ip.out = round_indices(index.data(), B, T);
   build_indices_cpu(ip);
 
   DeviceMemory pool(size_t(B) * HV * head_bytes), scratch(size_t(B) * S * HV * head_bytes);
@@ -209,7 +208,6 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const Device
   p.head_k = K;
   p.head_v = V;
   p.io_dtype = DType::bf16;
-  p.state_dtype = DType::f32;
   p.options.l2norm_qk = true;
   p.options.gate = GateMode::softplus;
   p.options.beta_is_logit = true;
@@ -221,11 +219,13 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const Device
   p.o = o.as();
   p.A_log = A_log.as<float>();
   p.dt_bias = dt_bias.as<float>();
-  p.pool_layer = pool.as();
-  p.scratch_layer = scratch.as();
-  p.seed_pool = d_index.as<int32_t>() + B;
-  p.seed_scratch = d_index.as<int32_t>() + 2 * B;
-  p.write_row = d_index.as<int32_t>() + 4 * B;
+  const StateGeometry geo{1, B, S, HV, V, K};
+  p.pool = pool_view(geo, pool.as(), DType::f32);
+  p.scratch = scratch_view(geo, scratch.as(), DType::f32);
+  const RoundIndices d_idx = round_indices(d_index.as<int32_t>(), B, T);
+  p.seed_pool = d_idx.seed_pool;
+  p.seed_scratch = d_idx.seed_scratch;
+  p.write_row = d_idx.write_row;
 
   const auto verify = [&] { KDA_CUDA_CHECK(launch_verify(p, stream)); };
   for (int i = 0; i < 3; ++i) verify();

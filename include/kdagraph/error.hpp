@@ -53,6 +53,7 @@ enum class DeviceErrorCode : uint32_t {
   slot_out_of_range = 1,    // a real row's slot outside [0, P): the row is treated as padding
   slot_repeated = 2,        // a slot already used by an earlier row: the later row is treated as padding
   accept_out_of_range = 3,  // an accept length outside its range: clamped into it
+  layer_base_invalid = 4,   // a layer table entry null or not 16-byte aligned: the row is treated as padding
 };
 const char* to_string(DeviceErrorCode c);
 

@@ -25,6 +25,33 @@ bool cuda_available();
 enum class Mode : int32_t { two_phase = 0, fused_accept = 1 };
 const char* to_string(Mode m);
 
+// What a mode needs, decided in one place. A new mode is one more case in mode_policy; every switch
+// over Mode has no default, so the compiler lists each place a new mode must touch.
+struct ModePolicy {
+  bool per_token_scratch = false;  // verify writes the post-state of token t to scratch row slot*S + t
+  bool seed_from_scratch = false;  // accept_len a >= 1 names the seed: scratch row slot*S + a - 1
+  bool accept_sets_slot = false;   // accept writes accept_len[slot]; otherwise a per-row record
+  bool commit = false;             // a commit copies the accepted post-state into the pool, every layer
+};
+
+constexpr ModePolicy mode_policy(Mode m) {
+  switch (m) {
+    case Mode::two_phase: return ModePolicy{true, false, false, true};
+    case Mode::fused_accept: return ModePolicy{true, true, true, false};
+  }
+  return ModePolicy{};  // not a Mode: needs nothing, and validation refuses it
+}
+
+// State-sized transfers per round, layer and value head (SPEC §7): what a benchmark divides by its time.
+// two-phase: 1 + T in verify and 2 in the commit; fused-accept: 1 + T.
+constexpr int64_t state_transfers_per_round(Mode m, int32_t tokens) {
+  switch (m) {
+    case Mode::two_phase: return 1 + int64_t(tokens) + 2;
+    case Mode::fused_accept: return 1 + int64_t(tokens);
+  }
+  return 0;
+}
+
 // SPEC §1, gate in kernel.
 enum class GateMode : int32_t {
   precomputed = 0,   // g is the log decay itself

@@ -1,8 +1,9 @@
 // kdagraph: the verify round of every KDA layer of a model, on one backend (SPEC §2–§4, §6).
 //
 // A Verifier owns the state storage (pool, scratch, accept_len), the per-round index buffers and the
-// batch buffers (n_real, slots) at capacity size. Nothing it enqueues allocates, synchronizes or moves
-// a buffer, so a round can be captured into a CUDA graph (see graph_runner.hpp) and replayed.
+// batch buffers (n_real, slots) at capacity size, and runs the operations of ops.hpp on them. Nothing
+// it enqueues allocates, synchronizes or moves a buffer, so a round can be captured into a CUDA graph
+// (see graph_runner.hpp) and replayed. An engine that owns its memory calls the operations directly.
 //
 // Typical round (eager):
 //   v.set_batch(stream, slots, n);           // host: only when the batch changes
@@ -17,6 +18,7 @@
 #include <memory>
 
 #include "kdagraph/error.hpp"
+#include "kdagraph/ops.hpp"
 #include "kdagraph/types.hpp"
 
 namespace kdagraph {
@@ -35,18 +37,8 @@ struct VerifierConfig {
 // Throws InvalidArgument naming the first bad field (SPEC §6).
 void validate(const VerifierConfig& config);
 
-// One layer's inputs for a batch of `rows` rows, in the verifier's backend memory, row-major with the
-// last dim contiguous, io dtype. q, k, v, g, o 16-byte aligned.
-struct LayerInputs {
-  const void* q = nullptr;         // [rows, T, H, K]
-  const void* k = nullptr;         // [rows, T, H, K]
-  const void* v = nullptr;         // [rows, T, HV, V]
-  const void* g = nullptr;         // [rows, T, HV, K] log decay, or raw gate input (gate in kernel)
-  const void* beta = nullptr;      // [rows, T, HV]
-  void* o = nullptr;               // [rows, T, HV, V]
-  const float* A_log = nullptr;    // [HV], fp32, gate in kernel only
-  const float* dt_bias = nullptr;  // [HV * K], fp32, gate in kernel only
-};
+// What the operations of the Verifier's rounds agree on (the spec its ops calls carry).
+RoundSpec round_spec(const VerifierConfig& config);
 
 class Verifier {
  public:
@@ -60,12 +52,22 @@ class Verifier {
   const VerifierConfig& config() const;
 
   // ---- storage, in backend memory (SPEC §2) ----
-  void* pool() const;         // [L, P, HV, V, K]
-  void* scratch() const;      // [L, P, S, HV, V, K]
+  // Pool [L, P, rows] and scratch [L, P * S, rows]: each row holds one slot's [HV, V, K] state and
+  // starts row_stride_bytes() after the previous one (the compact size rounded up to 16 bytes).
+  void* pool() const;
+  void* scratch() const;
   int32_t* accept_len() const;  // [P]
   size_t slot_state_bytes() const;  // one slot, one layer: HV * V * K * state dtype size
+  size_t row_stride_bytes() const;
   size_t pool_bytes() const;
   size_t scratch_bytes() const;
+
+  // The same buffers as the operations see them (include/kdagraph/ops.hpp): a round of this Verifier
+  // is exactly these calls on these views.
+  const RoundSpec& spec() const;
+  const SlotStorage& storage() const;
+  const RoundIndices& indices() const;
+  BatchView batch_view(int32_t rows) const;
 
   // ---- host setup and inspection: synchronous, never on a round's hot path ----
   // They are ordered on `s` after the work already enqueued there and return when done (they wait

@@ -115,7 +115,7 @@ struct VerifyCase {
   std::vector<float> A_log, dt_bias;
   Tensor pool, scratch;                 // one layer: [P, HV, V, K] and [P * S, HV, V, K]
   std::vector<int32_t> slots, accept_len, n_real;
-  std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row;
+  std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row, row_accept;
   StateGeometry geo;
 
   VerifyCase(const CaseShape& s, uint64_t seed_, std::vector<int32_t> row_slots,
@@ -156,6 +156,7 @@ struct VerifyCase {
     seed_pool.assign(N, 0);
     seed_scratch.assign(N, 0);
     seed_accept.assign(N, 0);
+    row_accept.assign(N, 0);
     write_row.assign(size_t(N) * T, 0);
     IndexBuildParams p;
     p.slots = slots.data();
@@ -170,8 +171,16 @@ struct VerifyCase {
   }
 
   RoundIndices indices() {
-    return RoundIndices{row_slot.data(), seed_pool.data(), seed_scratch.data(), seed_accept.data(),
-                        write_row.data()};
+    RoundIndices idx;
+    idx.capacity = sh.rows;
+    idx.tokens = sh.tokens;
+    idx.row_slot = row_slot.data();
+    idx.seed_pool = seed_pool.data();
+    idx.seed_scratch = seed_scratch.data();
+    idx.seed_accept = seed_accept.data();
+    idx.write_row = write_row.data();
+    idx.row_accept = row_accept.data();
+    return idx;
   }
 
   VerifyParams params() {
@@ -183,7 +192,6 @@ struct VerifyCase {
     p.head_k = sh.head_k;
     p.head_v = sh.head_v;
     p.io_dtype = sh.io;
-    p.state_dtype = sh.state;
     p.options = sh.options;
     p.q = q.bytes.data();
     p.k = k.bytes.data();
@@ -195,8 +203,8 @@ struct VerifyCase {
       p.A_log = A_log.data();
       p.dt_bias = dt_bias.data();
     }
-    p.pool_layer = pool.bytes.data();
-    p.scratch_layer = scratch.bytes.data();
+    p.pool = pool_view(geo, pool.bytes.data(), sh.state);
+    p.scratch = scratch_view(geo, scratch.bytes.data(), sh.state);
     p.seed_pool = seed_pool.data();
     p.seed_scratch = seed_scratch.data();
     p.write_row = write_row.data();

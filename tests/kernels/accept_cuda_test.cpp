@@ -26,7 +26,7 @@ AcceptParams params(const AcceptCase& c, const int32_t* row_slot, const int32_t*
   AcceptParams p;
   p.rows = c.rows;
   p.tokens = c.tokens;
-  p.mode = c.mode;
+  p.sets_slot = mode_policy(c.mode).accept_sets_slot;
   p.row_slot = row_slot;
   p.accepted = accepted;
   p.accept_len = accept_len;

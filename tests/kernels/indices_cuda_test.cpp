@@ -20,10 +20,18 @@ struct IndexInputs {
   std::vector<int32_t> slots, n_real, accept_len;
 };
 
-// The five output arrays of one build, in one allocation: row_slot, seed_pool, seed_scratch,
-// seed_accept ([N] each), then write_row [N, T].
-RoundIndices index_view(int32_t* base, int32_t rows) {
-  return RoundIndices{base, base + rows, base + 2 * rows, base + 3 * rows, base + 4 * rows};
+// The five arrays one build writes, in one allocation: row_slot, seed_pool, seed_scratch, seed_accept
+// ([N] each), then write_row [N, T]. (row_accept is the accept step's.)
+RoundIndices index_view(int32_t* base, int32_t rows, int32_t tokens) {
+  RoundIndices idx;
+  idx.capacity = rows;
+  idx.tokens = tokens;
+  idx.row_slot = base;
+  idx.seed_pool = base + rows;
+  idx.seed_scratch = base + 2 * rows;
+  idx.seed_accept = base + 3 * rows;
+  idx.write_row = base + 4 * rows;
+  return idx;
 }
 
 IndexBuildParams params(const IndexInputs& in, const int32_t* slots, const int32_t* n_real,
@@ -83,7 +91,7 @@ BuildResult build_on_cpu(const IndexInputs& in) {
   BuildResult r;
   r.out.assign(output_count(in), 0x5a5a5a5a);
   build_indices_cpu(params(in, in.slots.data(), in.n_real.data(), in.accept_len.data(), &r.errors,
-                           index_view(r.out.data(), in.rows)));
+                           index_view(r.out.data(), in.rows, in.tokens)));
   return r;
 }
 
@@ -92,7 +100,7 @@ BuildResult build_on_device(const IndexInputs& in, DeviceBuffer& out, cudaStream
   DeviceBuffer slots(in.slots), n_real(in.n_real), accept_len(in.accept_len);
   DeviceBuffer errors(std::vector<DeviceErrorWord>{DeviceErrorWord{}});
   const IndexBuildParams p = params(in, slots.as<int32_t>(), n_real.as<int32_t>(), accept_len.as<int32_t>(),
-                                    errors.as<DeviceErrorWord>(), index_view(out.as<int32_t>(), in.rows));
+                                    errors.as<DeviceErrorWord>(), index_view(out.as<int32_t>(), in.rows, in.tokens));
   EXPECT_EQ(launch_build_indices(p, stream), cudaSuccess);
   KDA_TEST_CUDA(cudaStreamSynchronize(stream));
   BuildResult r;

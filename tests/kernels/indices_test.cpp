@@ -12,6 +12,21 @@
 namespace kdagraph::test {
 namespace {
 
+// The index arrays a build writes, held in separate vectors.
+RoundIndices arrays(int32_t rows, int32_t tokens, std::vector<int32_t>& row_slot, std::vector<int32_t>& seed_pool,
+                    std::vector<int32_t>& seed_scratch, std::vector<int32_t>& seed_accept,
+                    std::vector<int32_t>& write_row) {
+  RoundIndices idx;
+  idx.capacity = rows;
+  idx.tokens = tokens;
+  idx.row_slot = row_slot.data();
+  idx.seed_pool = seed_pool.data();
+  idx.seed_scratch = seed_scratch.data();
+  idx.seed_accept = seed_accept.data();
+  idx.write_row = write_row.data();
+  return idx;
+}
+
 struct IndexCase {
   std::string name;
   int32_t P, S, T;
@@ -51,8 +66,7 @@ Built build(const IndexCase& c, const std::vector<int32_t>& accept_len, const in
   p.tokens = c.T;
   p.rows = N;
   p.errors = &b.errors;
-  p.out = RoundIndices{b.row_slot.data(), b.seed_pool.data(), b.seed_scratch.data(), b.seed_accept.data(),
-                       b.write_row.data()};
+  p.out = arrays(N, c.T, b.row_slot, b.seed_pool, b.seed_scratch, b.seed_accept, b.write_row);
   build_indices_cpu(p);
   return b;
 }
@@ -169,7 +183,7 @@ TEST(Indices, ADifferentBatchBuildsDifferentRowsAndNothingStaleSurvives) {
     p.scratch_steps = S;
     p.tokens = T;
     p.rows = N;
-    p.out = RoundIndices{row_slot.data(), seed_pool.data(), seed_scratch.data(), seed_accept.data(), write_row.data()};
+    p.out = arrays(N, T, row_slot, seed_pool, seed_scratch, seed_accept, write_row);
     build_indices_cpu(p);
   };
   run({7, 0, 3, 5, 1, 2}, 6);

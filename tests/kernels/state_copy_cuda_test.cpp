@@ -63,10 +63,11 @@ StateCopyParams params(const CopyCase& c, void* pool, const void* scratch, const
   p.slot_of = slot_of;
   p.accept_of = c.commit ? accept_of : nullptr;
   p.accept_len = accept_len;
-  p.geometry = c.geo;
-  p.state_dtype = c.dtype;
-  p.pool = pool;
-  p.scratch = scratch;
+  p.slots = c.geo.slots;
+  p.scratch_steps = c.geo.scratch_steps;
+  p.row_elems = c.geo.slot_elems();
+  p.pool = pool_view(c.geo, pool, c.dtype);
+  p.scratch = scratch_view(c.geo, const_cast<void*>(scratch), c.dtype);
   p.errors = errors;
   return p;
 }
@@ -111,12 +112,12 @@ TEST(StateCopyCuda, CommitAndMaterializeMatchCpuBitwise) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  // {L, P, S, HV, V, K}: 16-byte words at K = V = 64 and 128; an odd shape takes the 2-byte words.
+  // {L, P, S, HV, V, K, row stride}: compact rows, and rows with a gap after each (SPEC §10 views).
   const std::vector<std::pair<StateGeometry, DType>> shapes{
       {StateGeometry{3, 6, 4, 2, 64, 64}, DType::f32},
       {StateGeometry{2, 4, 3, 2, 128, 128}, DType::bf16},
-      {StateGeometry{2, 5, 3, 1, 3, 5}, DType::bf16},
-      {StateGeometry{2, 5, 2, 3, 3, 3}, DType::f32},
+      {StateGeometry{2, 5, 3, 1, 64, 64, 64 * 64 + 8}, DType::bf16},
+      {StateGeometry{2, 5, 2, 3, 64, 64, 3 * 64 * 64 + 4}, DType::f32},
   };
   for (const auto& [geo, dtype] : shapes)
     for (bool commit : {true, false}) {

@@ -52,8 +52,8 @@ struct DeviceCase {
       p.A_log = A_log.as<float>();
       p.dt_bias = dt_bias.as<float>();
     }
-    p.pool_layer = pool.as();
-    p.scratch_layer = scratch.as();
+    p.pool.base = pool.as();
+    p.scratch.base = scratch.as();
     p.seed_pool = seed_pool.as<int32_t>();
     p.seed_scratch = seed_scratch.as<int32_t>();
     p.write_row = write_row.as<int32_t>();
@@ -281,7 +281,13 @@ TEST(VerifyCuda, UnsupportedHeadDimsAreRefused) {
     p.heads = p.value_heads = 1;
     p.head_k = K;
     p.head_v = V;
-    EXPECT_EQ(launch_verify(p, nullptr), cudaErrorInvalidValue) << "K=" << K << " V=" << V;
+    try {
+      (void)launch_verify(p, nullptr);
+      ADD_FAILURE() << "K=" << K << " V=" << V << " was launched";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "head_k");
+      EXPECT_NE(std::string(e.what()).find("head_k = " + std::to_string(K)), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -1,0 +1,119 @@
+#include "graph/capture.h"
+
+#include <string>
+#include <utility>
+
+#include "kdagraph/error.hpp"
+#include "kernels/cuda_check.h"
+
+namespace kdagraph::detail {
+
+Graph::~Graph() { release(); }
+
+Graph::Graph(Graph&& other) noexcept
+    : backend_(other.backend_), cpu_nodes_(std::move(other.cpu_nodes_)), exec_(std::exchange(other.exec_, nullptr)) {}
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this != &other) {
+    release();
+    backend_ = other.backend_;
+    cpu_nodes_ = std::move(other.cpu_nodes_);
+    exec_ = std::exchange(other.exec_, nullptr);
+  }
+  return *this;
+}
+
+void Graph::release() noexcept {
+#if defined(KDAGRAPH_WITH_CUDA)
+  if (exec_ != nullptr) KDA_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(exec_));
+#endif
+  exec_ = nullptr;
+}
+
+void Graph::upload(const Stream& s) const {
+  switch (backend_) {
+    case Backend::cpu: return;
+    case Backend::cuda:
+#if defined(KDAGRAPH_WITH_CUDA)
+      KDA_CUDA_CHECK(cudaGraphUpload(exec_, s.stream));
+#else
+      (void)s;
+#endif
+      return;
+  }
+}
+
+void Graph::launch(const Stream& s) const {
+  switch (backend_) {
+    case Backend::cpu:
+      for (const CpuNode& node : cpu_nodes_) node();
+      return;
+    case Backend::cuda:
+#if defined(KDAGRAPH_WITH_CUDA)
+      KDA_CUDA_CHECK(cudaGraphLaunch(exec_, s.stream));
+#else
+      (void)s;
+#endif
+      return;
+  }
+}
+
+CaptureGuard::CaptureGuard(const Stream& s, const char* where) : stream_(s) {
+  switch (s.backend) {
+    case Backend::cpu:
+      cpu_capture_begin();
+      return;
+    case Backend::cuda:
+#if defined(KDAGRAPH_WITH_CUDA)
+      require(s.stream != nullptr && s.stream != cudaStreamLegacy, where, "stream",
+              "is the legacy default stream; capture needs a stream created with cudaStreamCreate");
+      KDA_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
+      return;
+#else
+      throw Error(std::string(where) + ": backend cuda requested, but kdagraph was built without CUDA");
+#endif
+  }
+}
+
+CaptureGuard::~CaptureGuard() {
+  if (!open_) return;
+  switch (stream_.backend) {
+    case Backend::cpu:
+      (void)cpu_capture_end();
+      return;
+    case Backend::cuda: {
+#if defined(KDAGRAPH_WITH_CUDA)
+      cudaGraph_t graph = nullptr;
+      (void)cudaStreamEndCapture(stream_.stream, &graph);
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+#endif
+      return;
+    }
+  }
+}
+
+Graph CaptureGuard::end() {
+  require(open_, "CaptureGuard::end", "capture", "was already ended");
+  open_ = false;
+  Graph out;
+  out.backend_ = stream_.backend;
+  switch (stream_.backend) {
+    case Backend::cpu:
+      out.cpu_nodes_ = cpu_capture_end();
+      return out;
+    case Backend::cuda: {
+#if defined(KDAGRAPH_WITH_CUDA)
+      cudaGraph_t graph = nullptr;
+      KDA_CUDA_CHECK(cudaStreamEndCapture(stream_.stream, &graph));
+      const cudaError_t err = cudaGraphInstantiate(&out.exec_, graph, 0);
+      KDA_CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));
+      KDA_CUDA_CHECK(err);
+#endif
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace kdagraph::detail

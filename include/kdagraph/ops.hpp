@@ -1,0 +1,142 @@
+// kdagraph: the operations of a round over buffers the caller owns (SPEC §10).
+//
+// An engine that keeps its own state pools (SGLang's one [L, P + 1, HV, V, K] tensor, vLLM's tensor per
+// layer) describes them with views and calls these operations; the Verifier is an owner of buffers
+// built on exactly these calls. A fused-accept round:
+//
+//   ops::build_indices(s, spec, storage, batch, idx);                 // once per forward
+//   for (int l = 0; l < L; ++l) ops::verify_layer(s, spec, storage, idx, batch.rows, l, inputs[l]);
+//   ...the engine's sampler writes accept lengths [rows] on the device...
+//   ops::accept(s, spec, storage, idx, batch.rows, accepted);
+//   ops::commit(s, spec, storage, idx, batch.rows);                   // two-phase mode only
+//   ops::materialize(s, spec, storage, slots, count);                 // before reading pool rows directly
+//
+// Every operation is stream-ordered and capture-safe: it allocates nothing and never synchronizes. Each
+// validates its arguments on the host before it enqueues anything and throws InvalidArgument naming the
+// argument, its value and the allowed range; a refused call changes nothing. What only the device can
+// see (an accept length written by another kernel, a null entry in a device-resident layer table) is
+// clamped to a safe value and recorded in SlotStorage::errors.
+#pragma once
+
+#include <cstdint>
+
+#include "kdagraph/error.hpp"
+#include "kdagraph/types.hpp"
+
+namespace kdagraph {
+
+// Where one kind of state lives for every layer: the pool (row = slot) or the per-token scratch
+// (row = slot * S + t). Row r of layer l starts r * row_stride elements after layer l's base; inside a
+// row the HV heads are compact [HV, V, K] (SPEC §2). The memory is the caller's, in the backend's memory.
+struct StateView {
+  DType dtype = DType::f32;
+  int32_t layers = 0;      // L
+  int64_t rows = 0;        // rows of each layer
+  int64_t row_stride = 0;  // elements from a row to the next: at least HV * V * K, a multiple of 16 bytes
+  // One allocation: layer l starts layer_stride elements after layer l - 1 (16-byte aligned base) ...
+  void* base = nullptr;
+  int64_t layer_stride = 0;
+  // ... or a table of L per-layer bases (16-byte aligned each) in memory the backend's kernels read:
+  // device memory on CUDA, so one launch can address every layer.
+  void* const* layer_table = nullptr;
+};
+
+// A view of one allocation holding `layers` layers `layer_stride` elements apart.
+StateView state_view(void* base, DType dtype, int32_t layers, int64_t layer_stride, int64_t rows,
+                     int64_t row_stride);
+// A view of per-layer allocations whose bases are listed in `layer_table` [layers].
+StateView state_view_table(void* const* layer_table, DType dtype, int32_t layers, int64_t rows,
+                           int64_t row_stride);
+
+// The per-slot storage a round reads and writes (SPEC §2).
+struct SlotStorage {
+  int32_t slots = 0;          // P: a batch names slots in [0, P)
+  int32_t scratch_steps = 0;  // S >= T
+  StateView pool;             // at least P rows
+  StateView scratch;          // at least P * S rows, same dtype as the pool (modes with per-token scratch)
+  int32_t* accept_len = nullptr;  // [P] int32
+  // Optional: where kernels record what only the device can see (device-writable; host-mapped pinned
+  // memory lets the host read it without synchronizing).
+  DeviceErrorWord* errors = nullptr;
+};
+
+// What every operation of a round agrees on.
+struct RoundSpec {
+  ModelShape model;       // L, H, HV, K, V
+  int32_t tokens = 0;     // T = 1 + draft tokens, 1 <= T <= S
+  DType io_dtype = DType::f32;
+  VerifyOptions options;
+  Mode mode = Mode::fused_accept;
+};
+
+// One layer's inputs for a batch of rows, in backend memory, row-major with the last dim contiguous, in
+// the io dtype. q, k, v, g and o are 16-byte aligned.
+struct LayerInputs {
+  const void* q = nullptr;         // [rows, T, H, K]
+  const void* k = nullptr;         // [rows, T, H, K]
+  const void* v = nullptr;         // [rows, T, HV, V]
+  const void* g = nullptr;         // [rows, T, HV, K] log decay, or raw gate input (gate in kernel)
+  const void* beta = nullptr;      // [rows, T, HV]
+  void* o = nullptr;               // [rows, T, HV, V]
+  const float* A_log = nullptr;    // [HV], fp32, gate in kernel only
+  const float* dt_bias = nullptr;  // [HV * K], fp32, gate in kernel only
+};
+
+// The batch of a round, in backend memory; the host writes it when the batch changes.
+struct BatchView {
+  const int32_t* slots = nullptr;   // [rows] slot of each row; -1 marks a padded row
+  const int32_t* n_real = nullptr;  // [1] rows >= n_real are padding whatever `slots` holds
+  int32_t rows = 0;                 // N: the bucket the round runs at
+};
+
+// The per-row indices of one round (SPEC §4), built on the device once per forward and shared by every
+// layer. Every entry of a padded row is negative. [TAG_INDEX_LAYOUT]
+struct RoundIndices {
+  int32_t capacity = 0;             // rows the arrays hold
+  int32_t tokens = 0;               // T of write_row
+  int32_t* row_slot = nullptr;      // [N] slot of the row, -1 padded
+  int32_t* seed_pool = nullptr;     // [N] slot when the seed is pool[slot], else -1
+  int32_t* seed_scratch = nullptr;  // [N] scratch row when the seed is scratch, else -1
+  int32_t* seed_accept = nullptr;   // [N] accept_len gathered for the row's slot, -1 padded
+  int32_t* write_row = nullptr;     // [N, T] scratch row of each post-state, -1 padded
+  int32_t* row_accept = nullptr;    // [N] two-phase: the row's accept length, which the commit reads
+};
+
+// int32 elements the indices of `rows` rows of `tokens` tokens take.
+int64_t round_index_elems(int32_t rows, int32_t tokens);
+// The indices laid out in `storage` (round_index_elems(rows, tokens) int32, backend memory).
+RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens);
+
+namespace ops {
+
+// SPEC §4: the round's indices from the batch and the accept lengths. Slots the device finds out of
+// range or repeated make their rows padding; an accept length outside [0, S] is clamped. Both are
+// recorded in storage.errors.
+void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const BatchView& batch,
+                   const RoundIndices& idx);
+
+// SPEC §1, §3: the T-token verify of layer `layer` for `rows` rows: each row seeds where `idx` says,
+// writes every post-state to scratch row write_row[n][t] (a negative row: not written) and every output.
+// Padded rows read nothing, write no state and output zeros.
+void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                  int32_t rows, int32_t layer, const LayerInputs& in);
+
+// SPEC §3 accept: `accepted` [rows] in backend memory (the sampler's lengths). Fused-accept writes
+// accept_len[slot] = a; two-phase records a in idx.row_accept for the commit. A length outside [1, T] is
+// clamped into it and recorded.
+void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+            int32_t rows, const int32_t* accepted);
+
+// Two-phase: copies each row's accepted post-state (scratch row slot*S + a - 1) into pool[slot], every
+// layer in one launch.
+void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+            int32_t rows);
+
+// SPEC §3 materialize: for each of the `count` slots listed in `slots` (backend memory) with
+// accept_len a >= 1, pool[slot] = scratch row slot*S + a - 1 in every layer, then accept_len[slot] = 0.
+// Entries outside [0, P) are skipped and recorded.
+void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
+                 int32_t count);
+
+}  // namespace ops
+}  // namespace kdagraph
