@@ -239,6 +239,26 @@ const char* to_string(Mode m) {
   }
   return "?";
 }
+DeviceErrorWord read_device_errors(const DeviceErrorWord* word) {
+  require(word != nullptr, "read_device_errors", "word", "is null");
+  const auto* w = reinterpret_cast<const volatile DeviceErrorWord*>(word);
+  DeviceErrorWord out;
+  out.count = w->count;
+  out.code = w->code;
+  out.row = w->row;
+  out.value = w->value;
+  return out;
+}
+
+void clear_device_errors(DeviceErrorWord* word) {
+  require(word != nullptr, "clear_device_errors", "word", "is null");
+  auto* w = reinterpret_cast<volatile DeviceErrorWord*>(word);
+  w->code = 0;
+  w->row = -1;
+  w->value = 0;
+  w->count = 0;
+}
+
 const char* to_string(DeviceErrorCode c) {
   switch (c) {
     case DeviceErrorCode::none: return "none";

@@ -259,21 +259,9 @@ void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_
 }
 
 DeviceErrorWord Verifier::device_errors() const {
-  const auto* w = static_cast<const volatile DeviceErrorWord*>(impl_->errors.host());
-  DeviceErrorWord out;
-  out.count = w->count;
-  out.code = w->code;
-  out.row = w->row;
-  out.value = w->value;
-  return out;
+  return read_device_errors(static_cast<const DeviceErrorWord*>(impl_->errors.host()));
 }
 
-void Verifier::clear_device_errors() {
-  auto* w = static_cast<volatile DeviceErrorWord*>(impl_->errors.host());
-  w->code = 0;
-  w->row = -1;
-  w->value = 0;
-  w->count = 0;
-}
+void Verifier::clear_device_errors() { kdagraph::clear_device_errors(static_cast<DeviceErrorWord*>(impl_->errors.host())); }
 
 }  // namespace kdagraph

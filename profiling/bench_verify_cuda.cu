@@ -25,93 +25,49 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/indices.h"
+#include "kernels/memory.h"
+#include "kernels/stream.h"
 #include "kernels/verify.h"
 
 namespace kdagraph {
 namespace {
 
-// Device memory of the benchmark. Owns a cudaMalloc allocation that must be freed exactly once.
-class DeviceMemory {
- public:
-  explicit DeviceMemory(size_t bytes) : bytes_(bytes) {
-    KDA_CUDA_CHECK(cudaMalloc(&data_, bytes));
-    KDA_CUDA_CHECK(cudaMemset(data_, 0, bytes));
-    KDA_CUDA_CHECK(cudaDeviceSynchronize());  // the benchmark's non-blocking stream does not wait for it
-  }
-  ~DeviceMemory() { KDA_CUDA_CHECK_NOTHROW(cudaFree(data_)); }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
+// Zeroed device memory of the benchmark (the library's buffer; zeroed before any stream uses it).
+detail::Buffer device_zeros(size_t bytes) {
+  detail::Buffer b(Backend::cuda, bytes);
+  b.fill(0);
+  return b;
+}
 
-  template <class T = void>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// Start/stop event pairs for `count` samples. Owns CUDA events that must be destroyed exactly once.
-class EventPairs {
- public:
-  explicit EventPairs(int count) : start_(size_t(count)), stop_(size_t(count)) {
+// Start/stop events for `count` samples, and their median.
+struct EventPairs {
+  std::vector<detail::Event> start, stop;
+  explicit EventPairs(int count) {
     for (int i = 0; i < count; ++i) {
-      KDA_CUDA_CHECK(cudaEventCreate(&start_[size_t(i)]));
-      KDA_CUDA_CHECK(cudaEventCreate(&stop_[size_t(i)]));
+      start.emplace_back(Backend::cuda);
+      stop.emplace_back(Backend::cuda);
     }
   }
-  ~EventPairs() {
-    for (size_t i = 0; i < start_.size(); ++i) {
-      KDA_CUDA_CHECK_NOTHROW(cudaEventDestroy(start_[i]));
-      KDA_CUDA_CHECK_NOTHROW(cudaEventDestroy(stop_[i]));
-    }
-  }
-  EventPairs(const EventPairs&) = delete;
-  EventPairs& operator=(const EventPairs&) = delete;
-
-  cudaEvent_t start(int i) const { return start_[size_t(i)]; }
-  cudaEvent_t stop(int i) const { return stop_[size_t(i)]; }
-  // Median over the samples, in microseconds; call after the stream has finished.
+  // Median over the samples, in microseconds.
   double median_us() const {
-    std::vector<double> us(start_.size());
-    for (size_t i = 0; i < us.size(); ++i) {
-      float ms = 0.0f;
-      KDA_CUDA_CHECK(cudaEventElapsedTime(&ms, start_[i], stop_[i]));
-      us[i] = 1e3 * double(ms);
-    }
+    std::vector<double> us(start.size());
+    for (size_t i = 0; i < us.size(); ++i) us[i] = 1e3 * stop[i].elapsed_ms_since(start[i]);
     std::nth_element(us.begin(), us.begin() + ptrdiff_t(us.size() / 2), us.end());
     return us[us.size() / 2];
   }
-
- private:
-  std::vector<cudaEvent_t> start_, stop_;
-};
-
-// Owns a CUDA stream that must be destroyed exactly once.
-class BenchStream {
- public:
-  BenchStream() { KDA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~BenchStream() { KDA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_)); }
-  BenchStream(const BenchStream&) = delete;
-  BenchStream& operator=(const BenchStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
 };
 
 // Device-to-device cudaMemcpy bandwidth, counting bytes read plus bytes written.
 double copy_bandwidth_gbps(cudaStream_t stream, int runs) {
   const size_t bytes = size_t(1) << 30;
-  DeviceMemory src(bytes), dst(bytes);
+  const detail::Buffer src = device_zeros(bytes), dst = device_zeros(bytes);
   EventPairs events(runs);
+  const Stream s{Backend::cuda, stream};
   KDA_CUDA_CHECK(cudaMemcpyAsync(dst.as(), src.as(), bytes, cudaMemcpyDeviceToDevice, stream));
   for (int i = 0; i < runs; ++i) {
-    KDA_CUDA_CHECK(cudaEventRecord(events.start(i), stream));
+    events.start[size_t(i)].record(s);
     KDA_CUDA_CHECK(cudaMemcpyAsync(dst.as(), src.as(), bytes, cudaMemcpyDeviceToDevice, stream));
-    KDA_CUDA_CHECK(cudaEventRecord(events.stop(i), stream));
+    events.stop[size_t(i)].record(s);
   }
   KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
   return 2.0 * double(bytes) / (events.median_us() * 1e3);
@@ -157,20 +113,21 @@ __global__ void __launch_bounds__(kTwinThreads)
 // Median time of `launch` over `runs` samples: cold when `flush` is given (a write larger than L2 before
 // each launch), warm otherwise.
 template <class Launch>
-double median_us(cudaStream_t stream, int runs, const DeviceMemory* flush, Launch launch) {
+double median_us(cudaStream_t stream, int runs, const detail::Buffer* flush, Launch launch) {
   EventPairs events(runs);
+  const Stream s{Backend::cuda, stream};
   for (int i = 0; i < runs; ++i) {
     if (flush != nullptr) KDA_CUDA_CHECK(cudaMemsetAsync(flush->as(), i & 0xff, flush->bytes(), stream));
-    KDA_CUDA_CHECK(cudaEventRecord(events.start(i), stream));
+    events.start[size_t(i)].record(s);
     launch();
-    KDA_CUDA_CHECK(cudaEventRecord(events.stop(i), stream));
+    events.stop[size_t(i)].record(s);
   }
   KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
   return events.median_us();
 }
 
 // One layer's verify at `cfg`: every row real, odd rows seeding from scratch row a - 1.
-Result run_config(const Config& cfg, cudaStream_t stream, int runs, const DeviceMemory& flush) {
+Result run_config(const Config& cfg, cudaStream_t stream, int runs, const detail::Buffer& flush) {
   const int32_t B = cfg.batch, T = cfg.tokens, HV = cfg.value_heads, H = HV, K = kHeadDim, V = kHeadDim;
   const int32_t S = T;
   const size_t head_bytes = size_t(V) * K * sizeof(float);
@@ -193,12 +150,14 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const Device
   ip.out = round_indices(index.data(), B, T);
   build_indices_cpu(ip);
 
-  DeviceMemory pool(size_t(B) * HV * head_bytes), scratch(size_t(B) * S * HV * head_bytes);
-  DeviceMemory q(size_t(B) * T * H * K * io), k(q.bytes()), v(size_t(B) * T * HV * V * io),
-      g(size_t(B) * T * HV * K * io), beta(size_t(B) * T * HV * io), o(size_t(B) * T * HV * V * io);
-  DeviceMemory A_log(size_t(HV) * sizeof(float)), dt_bias(size_t(HV) * K * sizeof(float));
-  DeviceMemory d_index(index.size() * sizeof(int32_t));
-  KDA_CUDA_CHECK(cudaMemcpy(d_index.as(), index.data(), d_index.bytes(), cudaMemcpyHostToDevice));
+  const detail::Buffer pool = device_zeros(size_t(B) * HV * head_bytes),
+                       scratch = device_zeros(size_t(B) * S * HV * head_bytes);
+  const detail::Buffer q = device_zeros(size_t(B) * T * H * K * io), k = device_zeros(q.bytes()),
+                       v = device_zeros(size_t(B) * T * HV * V * io), g = device_zeros(size_t(B) * T * HV * K * io),
+                       beta = device_zeros(size_t(B) * T * HV * io), o = device_zeros(size_t(B) * T * HV * V * io);
+  const detail::Buffer A_log = device_zeros(size_t(HV) * sizeof(float)),
+                       dt_bias = device_zeros(size_t(HV) * K * sizeof(float));
+  const detail::Buffer d_index = detail::Buffer::copy_of(Backend::cuda, index);
 
   VerifyParams p;
   p.rows = B;
@@ -286,21 +245,21 @@ int run(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   KDA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  BenchStream stream;
-  const double copy_gbps = copy_bandwidth_gbps(stream.get(), runs);
+  const detail::StreamHandle stream = detail::StreamHandle::create(Backend::cuda);
+  const double copy_gbps = copy_bandwidth_gbps(stream.cuda(), runs);
   std::printf("device: %s, %d SMs, L2 %d MiB; cudaMemcpy D2D bandwidth (read + write): %.0f GB/s\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbps);
   std::printf(
       "verify: K = V = %d, bf16 io, fp32 state, fused-accept (half the rows seed from scratch), "
       "l2norm + softplus gate + beta logit; median of %d runs\n",
       kHeadDim, runs);
-  const DeviceMemory flush(std::max<size_t>(size_t(prop.l2CacheSize) * 4, size_t(256) << 20));
+  const detail::Buffer flush = device_zeros(std::max<size_t>(size_t(prop.l2CacheSize) * 4, size_t(256) << 20));
 
   std::vector<Result> results;
   for (int32_t HV : {16, 32})
     for (int32_t T : {2, 4, 8})
       for (int32_t B : {1, 8, 32, 128}) {
-        results.push_back(run_config(Config{HV, T, B}, stream.get(), runs, flush));
+        results.push_back(run_config(Config{HV, T, B}, stream.cuda(), runs, flush));
         const Result& r = results.back();
         std::printf(
             "HV=%2d T=%d batch=%3d: %10.0f bytes, cold %8.1f us (%6.0f GB/s), warm %8.1f us (%6.0f GB/s), "

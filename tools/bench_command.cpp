@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kdagraph/host_engine.hpp"
+#include "kernels/stream.h"
 #include "profiling/node_timeline.h"
 #if defined(KDAGRAPH_WITH_CUPTI)
 #include "profiling/node_trace.h"
@@ -139,12 +140,12 @@ void trace_off(std::string& trace_problem, const Error& failure) {
 }
 #endif
 
-// SPEC §7: state-sized transfers per layer and request: 1 + T in verify, 2 more in the two-phase commit.
+// SPEC §7: state-sized transfers per layer and request (the mode policy counts them).
 double state_bytes_per_round(const HostEngineConfig& c, int32_t rows) {
   const VerifierConfig& v = c.verifier;
   const double state = double(v.model.value_heads) * v.model.head_v * v.model.head_k * dtype_size(v.pool.state_dtype);
-  const int32_t transfers = 1 + v.tokens + (v.mode == Mode::two_phase ? 2 : 0);
-  return state * transfers * v.model.layers * rows;
+  const int64_t transfers = state_transfers_per_round(v.mode, v.tokens);
+  return state * double(transfers) * v.model.layers * rows;
 }
 
 // `trace_problem`: empty while node tracing works; the first failure's message turns it off for the rest
@@ -160,8 +161,10 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   e.slots = p.batch;
   e.buckets = {p.batch};
   const HostEngineConfig cfg = engine_config(e);
-  const RunStream stream(e.backend);
-  DeviceTimer timer(e.backend);
+  const auto stream = detail::StreamHandle::create(e.backend);
+  // On CUDA each round is timed by events; on the CPU, where work runs as it is enqueued, by the host clock.
+  const bool device_timing = e.backend == Backend::cuda;
+  detail::Event round_start(e.backend), round_end(e.backend);
   HostEngine engine(cfg);
   engine.start(stream.get());
   for (int32_t r = 0; r < o.warmup; ++r) engine.run_round(stream.get());
@@ -169,12 +172,12 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   const int64_t tokens_before = engine.tokens_accepted();
   std::vector<double> host, device;
   for (int32_t r = 0; r < rounds; ++r) {
-    timer.start(stream.get());
+    round_start.record(stream.get());
     const auto t0 = std::chrono::steady_clock::now();
     engine.run_round(stream.get());
     host.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    timer.stop(stream.get());
-    if (timer.available()) device.push_back(timer.elapsed_ms());  // waits for the round's end
+    round_end.record(stream.get());
+    if (device_timing) device.push_back(round_end.elapsed_ms_since(round_start));  // waits for the round's end
   }
   Result res;
   res.p = p;

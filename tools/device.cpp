@@ -8,71 +8,9 @@
 #include "kdagraph/error.hpp"
 #include "kernels/cuda_check.h"
 #include "kernels/memory.h"
+#include "kernels/stream.h"
 
 namespace kdagraph::cli {
-
-RunStream::RunStream(Backend backend) {
-  stream_.backend = backend;
-#if defined(KDAGRAPH_WITH_CUDA)
-  if (backend == Backend::cuda) KDA_CUDA_CHECK(cudaStreamCreate(&stream_.stream));
-#endif
-}
-
-RunStream::~RunStream() {
-#if defined(KDAGRAPH_WITH_CUDA)
-  if (stream_.stream) KDA_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_.stream));
-#endif
-}
-
-void RunStream::synchronize() const {
-#if defined(KDAGRAPH_WITH_CUDA)
-  if (stream_.backend == Backend::cuda) KDA_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));
-#endif
-}
-
-DeviceTimer::DeviceTimer(Backend backend) {
-#if defined(KDAGRAPH_WITH_CUDA)
-  if (backend != Backend::cuda) return;
-  KDA_CUDA_CHECK(cudaEventCreate(&start_));
-  KDA_CUDA_CHECK(cudaEventCreate(&stop_));
-  available_ = true;
-#else
-  (void)backend;
-#endif
-}
-
-DeviceTimer::~DeviceTimer() {
-#if defined(KDAGRAPH_WITH_CUDA)
-  if (start_) KDA_CUDA_CHECK_NOTHROW(cudaEventDestroy(start_));
-  if (stop_) KDA_CUDA_CHECK_NOTHROW(cudaEventDestroy(stop_));
-#endif
-}
-
-void DeviceTimer::start(const Stream& s) {
-#if defined(KDAGRAPH_WITH_CUDA)
-  if (available_) KDA_CUDA_CHECK(cudaEventRecord(start_, s.stream));
-#else
-  (void)s;
-#endif
-}
-
-void DeviceTimer::stop(const Stream& s) {
-#if defined(KDAGRAPH_WITH_CUDA)
-  if (available_) KDA_CUDA_CHECK(cudaEventRecord(stop_, s.stream));
-#else
-  (void)s;
-#endif
-}
-
-double DeviceTimer::elapsed_ms() const {
-  if (!available_) throw Error("DeviceTimer::elapsed_ms: no device timer on the CPU backend");
-  float ms = 0;
-#if defined(KDAGRAPH_WITH_CUDA)
-  KDA_CUDA_CHECK(cudaEventSynchronize(stop_));
-  KDA_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-#endif
-  return double(ms);
-}
 
 namespace {
 
@@ -105,14 +43,14 @@ double copy_ceiling_gbs(Backend backend) {
 #if defined(KDAGRAPH_WITH_CUDA)
   constexpr size_t kBytes = size_t(1) << 30;
   detail::Buffer src(Backend::cuda, kBytes), dst(Backend::cuda, kBytes);
-  RunStream stream(Backend::cuda);
-  DeviceTimer timer(Backend::cuda);
+  const auto stream = detail::StreamHandle::create(Backend::cuda);
+  detail::Event start(Backend::cuda), stop(Backend::cuda);
   std::vector<double> ms;
   for (int rep = 0; rep < 6; ++rep) {
-    timer.start(stream.get());
-    KDA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), kBytes, cudaMemcpyDeviceToDevice, stream.get().stream));
-    timer.stop(stream.get());
-    if (rep > 0) ms.push_back(timer.elapsed_ms());  // the first copy warms up
+    start.record(stream.get());
+    KDA_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), kBytes, cudaMemcpyDeviceToDevice, stream.cuda()));
+    stop.record(stream.get());
+    if (rep > 0) ms.push_back(stop.elapsed_ms_since(start));  // the first copy warms up
   }
   return 2.0 * double(kBytes) / (median_of(ms) * 1e-3) / 1e9;
 #else

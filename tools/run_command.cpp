@@ -14,6 +14,7 @@
 #include "tools/check.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
+#include "kernels/stream.h"
 #include "tools/device.h"
 #include "tools/engine_options.h"
 #include "tools/json_writer.h"
@@ -138,7 +139,7 @@ std::string int_list(const std::vector<int32_t>& v) {
 }
 
 std::string sampler_text(const RunReport& r) {
-  const char* accept = r.cfg.verifier.mode == Mode::two_phase ? "sampler, accept, commit" : "sampler, accept";
+  const char* accept = mode_policy(r.cfg.verifier.mode).commit ? "sampler, accept, commit" : "sampler, accept";
   if (r.cfg.runner.sampler_in_graph)
     return std::string("inside the round") + (r.cfg.runner.exec == Exec::graph ? "'s graph" : "") + " (" + accept + ")";
   return std::string("outside the round: ") + accept + " as separate launches after it";
@@ -252,7 +253,7 @@ int run(const RunOptions& o) {
   RunReport report;
   report.opt = o;
   report.cfg = engine_config(setup);
-  const RunStream stream(setup.backend);
+  const auto stream = detail::StreamHandle::create(setup.backend);
   HostEngine engine(report.cfg);
   std::unique_ptr<ReferenceCheck> check;
   if (o.check) check = std::make_unique<ReferenceCheck>(report.cfg);

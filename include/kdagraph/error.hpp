@@ -64,4 +64,9 @@ struct DeviceErrorWord {
   uint32_t count = 0;
 };
 
+// A plain read of an error word in host-visible memory (host-mapped pinned memory on CUDA): it does not
+// wait for any stream, so read it after the work you care about has completed to see its errors.
+DeviceErrorWord read_device_errors(const DeviceErrorWord* word);
+void clear_device_errors(DeviceErrorWord* word);
+
 }  // namespace kdagraph

@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "kernels/memory.h"
+#include "kernels/stream.h"
 #include "tests/common/reference.h"
 
 #include <algorithm>
@@ -34,66 +36,16 @@ inline void cuda_ok(cudaError_t err, const char* call) {
 }
 #define KDA_TEST_CUDA(call) ::kdagraph::test::cuda_ok((call), #call)
 
-// Device memory of a test. Owns a cudaMalloc allocation that must be freed exactly once.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) KDA_TEST_CUDA(cudaMalloc(&data_, bytes));
-  }
+// Device memory of a test: the library's own buffer on the CUDA backend, with the constructors tests
+// use. Its upload, fill and download finish before they return.
+struct DeviceBuffer : detail::Buffer {
+  explicit DeviceBuffer(size_t bytes) : detail::Buffer(Backend::cuda, bytes) {}
   template <class T>
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
-    upload(host.data(), bytes_);
-  }
-  ~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  template <class T = void>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  size_t bytes() const { return bytes_; }
-  void upload(const void* src, size_t bytes) {
-    if (bytes > 0) KDA_TEST_CUDA(cudaMemcpy(data_, src, bytes, cudaMemcpyHostToDevice));
-    settle();
-  }
-  void fill(int byte) {
-    if (bytes_ > 0) KDA_TEST_CUDA(cudaMemset(data_, byte, bytes_));
-    settle();
-  }
-  template <class T>
-  std::vector<T> download() const {
-    std::vector<T> out(bytes_ / sizeof(T));
-    if (bytes_ > 0)
-      KDA_TEST_CUDA(cudaMemcpy(out.data(), data_, out.size() * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  // A pageable cudaMemcpy to the device and cudaMemset may return before the device has run them, on
-  // the legacy stream, which the tests' non-blocking streams do not wait for: finish them here.
-  static void settle() { KDA_TEST_CUDA(cudaDeviceSynchronize()); }
-
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
+  explicit DeviceBuffer(const std::vector<T>& host) : detail::Buffer(detail::Buffer::copy_of(Backend::cuda, host)) {}
 };
 
-// A non-blocking stream. Owns a cudaStream_t that must be destroyed exactly once.
-class TestStream {
- public:
-  TestStream() { KDA_TEST_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~TestStream() { cudaStreamDestroy(stream_); }
-  TestStream(const TestStream&) = delete;
-  TestStream& operator=(const TestStream&) = delete;
-
-  cudaStream_t get() const { return stream_; }
-  void sync() const { KDA_TEST_CUDA(cudaStreamSynchronize(stream_)); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
+// A test's non-blocking stream: the library's stream handle.
+inline detail::StreamHandle test_stream() { return detail::StreamHandle::create(Backend::cuda); }
 
 }  // namespace kdagraph::test
 

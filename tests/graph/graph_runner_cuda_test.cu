@@ -97,8 +97,8 @@ TEST(GraphRunnerCuda, BucketCoverageOfTheDefaultPlanUpTo64) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  TestStream stream;
-  const Stream s{Backend::cuda, stream.get()};
+  const detail::StreamHandle stream = test_stream();
+  const Stream s{Backend::cuda, stream.cuda()};
   for (Mode mode : {Mode::two_phase, Mode::fused_accept}) {
     RunnerConfig eager_cfg;
     eager_cfg.exec = Exec::eager;
@@ -125,7 +125,7 @@ TEST(GraphRunnerCuda, BucketCoverageOfTheDefaultPlanUpTo64) {
         h->runner->set_batch(s, slots.data(), n);
         h->runner->run_round(s);
       }
-      stream.sync();
+      stream.synchronize();
       EXPECT_EQ(graph.runner->rows(), graph.runner->plan().bucket_for(n));
       for (size_t l = 0; l < graph.o.size(); ++l) {
         const auto a = graph.o[l]->download<uint16_t>(), b = eager.o[l]->download<uint16_t>();
@@ -150,8 +150,8 @@ TEST(GraphRunnerCuda, ManyRoundsGraphEqualsEagerBitwise) {
   KDA_SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  TestStream stream;
-  const Stream s{Backend::cuda, stream.get()};
+  const detail::StreamHandle stream = test_stream();
+  const Stream s{Backend::cuda, stream.cuda()};
   for (Mode mode : {Mode::two_phase, Mode::fused_accept}) {
     HostEngineConfig eager_cfg;
     eager_cfg.verifier = gpu_config(mode, 16);
@@ -196,19 +196,19 @@ __global__ void spin_until(const volatile int* flag) {
 
 TEST(GraphRunnerCuda, HostOnlyLaunchesBetweenRounds) {
   KDA_SKIP_WITHOUT_GPU();
-  TestStream stream;
-  const Stream s{Backend::cuda, stream.get()};
+  const detail::StreamHandle stream = test_stream();
+  const Stream s{Backend::cuda, stream.cuda()};
   GpuHarness h(gpu_config(Mode::fused_accept, 8), RunnerConfig{}, fresh_seed());
   h.runner->capture(s);
   const std::vector<int32_t> slots = {0, 3, 5};
   h.runner->set_batch(s, slots.data(), 3);
-  stream.sync();
+  stream.synchronize();
   int* flag = nullptr;
   KDA_TEST_CUDA(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
   *flag = 0;
   int* device_flag = nullptr;
   KDA_TEST_CUDA(cudaHostGetDevicePointer(&device_flag, flag, 0));
-  spin_until<<<1, 1, 0, stream.get()>>>(device_flag);
+  spin_until<<<1, 1, 0, stream.cuda()>>>(device_flag);
   KDA_TEST_CUDA(cudaGetLastError());
   // 50 rounds from a host thread while the device is held: they can only all be issued if nothing
   // on the host path waits for the device.
@@ -221,7 +221,7 @@ TEST(GraphRunnerCuda, HostOnlyLaunchesBetweenRounds) {
   const bool all_issued_while_held = issued;
   *flag = 1;  // release the device
   host.join();
-  stream.sync();  // the single synchronization, at the end
+  stream.synchronize();  // the single synchronization, at the end
   cudaFreeHost(flag);
   EXPECT_TRUE(all_issued_while_held) << "the host waited for the device between rounds";
   EXPECT_EQ(h.verifier.device_errors().count, 0u);
@@ -229,8 +229,8 @@ TEST(GraphRunnerCuda, HostOnlyLaunchesBetweenRounds) {
 
 TEST(GraphRunnerCuda, ErrorsAreClearAndLeaveTheStateAlone) {
   KDA_SKIP_WITHOUT_GPU();
-  TestStream stream;
-  const Stream s{Backend::cuda, stream.get()};
+  const detail::StreamHandle stream = test_stream();
+  const Stream s{Backend::cuda, stream.cuda()};
   RunnerConfig rc;
   rc.buckets = {2, 4};
   rc.strict = true;
@@ -247,11 +247,11 @@ TEST(GraphRunnerCuda, ErrorsAreClearAndLeaveTheStateAlone) {
   EXPECT_THROW(h.runner->set_batch(s, five.data(), 0), InvalidArgument);
   EXPECT_THROW(h.runner->set_batch(s, repeated.data(), 2), InvalidArgument);
   h.runner->set_batch(s, five.data(), 5);
-  stream.sync();
+  stream.synchronize();
   const StorageSnapshot set = snapshot(h.verifier);
   EXPECT_TRUE(set == before);
   EXPECT_THROW(h.runner->run_round(s), InvalidArgument) << "5 rows exceed the largest bucket 4 in strict mode";
-  stream.sync();
+  stream.synchronize();
   EXPECT_TRUE(snapshot(h.verifier) == before);
 }
 
@@ -260,16 +260,16 @@ TEST(GraphRunnerCuda, ErrorsAreClearAndLeaveTheStateAlone) {
 // and the host sees the record through the host-mapped error word without synchronizing the stream.
 TEST(GraphRunnerCuda, CorruptAcceptLengthIsRecordedInTheMappedErrorWord) {
   KDA_SKIP_WITHOUT_GPU();
-  TestStream stream;
-  const Stream s{Backend::cuda, stream.get()};
+  const detail::StreamHandle stream = test_stream();
+  const Stream s{Backend::cuda, stream.cuda()};
   GpuHarness h(gpu_config(Mode::fused_accept, 8), RunnerConfig{}, fresh_seed());
   h.runner->capture(s);
   const std::vector<int32_t> slots = {2, 7};
   h.runner->set_batch(s, slots.data(), 2);
   const int32_t corrupt = 99;
-  KDA_TEST_CUDA(cudaMemcpyAsync(h.verifier.accept_len() + 7, &corrupt, 4, cudaMemcpyHostToDevice, stream.get()));
+  KDA_TEST_CUDA(cudaMemcpyAsync(h.verifier.accept_len() + 7, &corrupt, 4, cudaMemcpyHostToDevice, stream.cuda()));
   h.runner->run_round(s);
-  stream.sync();
+  stream.synchronize();
   const DeviceErrorWord e = h.verifier.device_errors();
   EXPECT_EQ(e.code, uint32_t(DeviceErrorCode::accept_out_of_range));
   EXPECT_EQ(e.row, 1);

@@ -141,8 +141,8 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
   cpu_cfg.mode = Mode::fused_accept;
   cpu_cfg.backend = Backend::cpu;
   Verifier two_phase(two_phase_cfg), fused(fused_cfg), cpu(cpu_cfg);
-  TestStream stream;
-  const Stream cuda{Backend::cuda, stream.get()}, host{Backend::cpu, nullptr};
+  const detail::StreamHandle stream = test_stream();
+  const Stream cuda{Backend::cuda, stream.cuda()}, host{Backend::cpu, nullptr};
 
   const int32_t L = cfg.model.layers, P = cfg.pool.slots, T = cfg.tokens, N = cfg.max_rows;
   for (int32_t slot = 0; slot < P; ++slot) {
@@ -187,7 +187,7 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
     two_phase.enqueue_round(cuda, two_phase_in.data(), rows);
     fused.enqueue_round(cuda, fused_in.data(), rows);
     cpu.enqueue_round(host, cpu_in.data(), rows);
-    stream.sync();
+    stream.synchronize();
 
     const size_t real_bytes = out_bytes / size_t(N) * size_t(n);
     for (int32_t l = 0; l < L; ++l) {
@@ -223,7 +223,7 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
 
   fused.enqueue_materialize(cuda, all_slots.data(), P);
   cpu.enqueue_materialize(host, all_slots.data(), P);
-  stream.sync();
+  stream.synchronize();
   EXPECT_EQ(two_phase.device_errors().count, 0u);
   EXPECT_EQ(fused.device_errors().count, 0u);
   std::vector<uint8_t> a(size_t(L) * two_phase.slot_state_bytes()), b(a.size()), c(a.size());

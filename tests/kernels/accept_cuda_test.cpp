@@ -45,7 +45,7 @@ TEST(AcceptCuda, MatchesCpuBitwiseInBothModes) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  TestStream stream;
+  const detail::StreamHandle stream = test_stream();
   for (int trial = 0; trial < 40; ++trial) {
     AcceptCase c;
     c.mode = trial % 2 ? Mode::two_phase : Mode::fused_accept;
@@ -75,9 +75,9 @@ TEST(AcceptCuda, MatchesCpuBitwiseInBothModes) {
     ASSERT_EQ(
         launch_accept(params(c, row_slot.as<int32_t>(), accepted.as<int32_t>(), accept_len.as<int32_t>(),
                              row_accept.as<int32_t>(), errors.as<DeviceErrorWord>()),
-                      stream.get()),
+                      stream.cuda()),
         cudaSuccess);
-    stream.sync();
+    stream.synchronize();
     EXPECT_EQ(first_difference(accept_len.download<int32_t>(), cpu.accept_len), -1) << "accept_len";
     EXPECT_EQ(first_difference(row_accept.download<int32_t>(), cpu.row_accept), -1) << "row_accept";
     EXPECT_EQ(errors.download<DeviceErrorWord>()[0].count, cpu.errors.count);

@@ -133,13 +133,13 @@ TEST(IndicesCuda, RandomBatchesMatchCpuBitwise) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  TestStream stream;
+  const detail::StreamHandle stream = test_stream();
   for (int trial = 0; trial < 300; ++trial) {
     const IndexInputs in = random_inputs(rng);
     SCOPED_TRACE(describe(in));
     DeviceBuffer out(output_count(in) * sizeof(int32_t));
     out.fill(0x5a);
-    expect_same_build(build_on_cpu(in), build_on_device(in, out, stream.get()));
+    expect_same_build(build_on_cpu(in), build_on_device(in, out, stream.cuda()));
     if (HasFailure()) return;
   }
 }
@@ -150,7 +150,7 @@ TEST(IndicesCuda, RebuildLeavesNothingStale) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  TestStream stream;
+  const detail::StreamHandle stream = test_stream();
   IndexInputs first;
   first.pool_slots = 16;
   first.scratch_steps = 4;
@@ -165,8 +165,8 @@ TEST(IndicesCuda, RebuildLeavesNothingStale) {
   for (auto& a : second.accept_len) a = int32_t(rng() % 5);
 
   DeviceBuffer out(output_count(first) * sizeof(int32_t));
-  build_on_device(first, out, stream.get());
-  expect_same_build(build_on_cpu(second), build_on_device(second, out, stream.get()));
+  build_on_device(first, out, stream.cuda());
+  expect_same_build(build_on_cpu(second), build_on_device(second, out, stream.cuda()));
 }
 
 }  // namespace

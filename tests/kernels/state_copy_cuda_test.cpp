@@ -92,14 +92,14 @@ CopyResult run_on_cpu(CopyCase c) {
 CopyResult run_on_device(const CopyCase& c) {
   DeviceBuffer pool(c.pool), scratch(c.scratch), slot_of(c.slot_of), accept_of(c.accept_of),
       accept_len(c.accept_len), errors(std::vector<DeviceErrorWord>{DeviceErrorWord{}});
-  TestStream stream;
+  const detail::StreamHandle stream = test_stream();
   const StateCopyParams p = params(c, pool.as(), scratch.as(), slot_of.as<int32_t>(), accept_of.as<int32_t>(),
                                    accept_len.as<int32_t>(), errors.as<DeviceErrorWord>());
-  EXPECT_EQ(launch_copy_accepted_states(p, stream.get()), cudaSuccess);
+  EXPECT_EQ(launch_copy_accepted_states(p, stream.cuda()), cudaSuccess);
   if (!c.commit) {
-    EXPECT_EQ(launch_reset_accept_len(p, stream.get()), cudaSuccess);
+    EXPECT_EQ(launch_reset_accept_len(p, stream.cuda()), cudaSuccess);
   }
-  stream.sync();
+  stream.synchronize();
   CopyResult r;
   r.pool = pool.download<uint8_t>();
   r.accept_len = accept_len.download<int32_t>();

@@ -196,5 +196,33 @@ TEST(VerifyCpu, HandWorkedTwoByTwo) {
   EXPECT_EQ(c.scratch.values, (std::vector<float>{1.5f, 2.0f, 2.0f, 4.0f, 1.5f, 1.75f, 2.0f, 3.5f}));
 }
 
+// SPEC §6, §10: a layer table the host did not check (on CUDA it lives in device memory) with an
+// invalid entry: the kernels' shared seed function records it once per real row and treats those rows
+// as padding, so nothing is read or written through the bad base.
+TEST(VerifyCpu, AnInvalidLayerTableEntryIsRecordedAndItsRowsArePadding) {
+  CaseShape s;
+  s.head_k = s.head_v = 16;
+  s.value_heads = 2;
+  s.heads = 1;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  VerifyCase c(s, seed, {1, 0, -1}, {0, 0, 0, 0});  // both real rows seed from the pool
+  const std::vector<uint8_t> scratch_before = c.scratch.bytes;
+  for (void* bad : {static_cast<void*>(nullptr), static_cast<void*>(c.pool.bytes.data() + 4)}) {
+    void* table[1] = {bad};
+    VerifyParams p = c.params();
+    p.pool = state_view_table(table, s.state, 1, p.pool.rows, p.pool.row_stride);
+    DeviceErrorWord errors;
+    p.errors = &errors;
+    c.o.poison();
+    verify_cpu(p);
+    c.o.sync_values();
+    EXPECT_EQ(DeviceErrorCode(errors.code), DeviceErrorCode::layer_base_invalid);
+    EXPECT_EQ(errors.count, 2u) << "once per real row";
+    for (size_t i = 0; i < c.o.size(); ++i) ASSERT_EQ(c.o.values[i], 0.0f) << "output " << i;
+    EXPECT_EQ(c.scratch.bytes, scratch_before);
+  }
+}
+
 }  // namespace
 }  // namespace kdagraph::test

@@ -63,9 +63,9 @@ struct DeviceCase {
 
 // Runs `p` on the device and copies outputs, scratch and pool back into the case.
 void run_on_device(VerifyCase& c, const DeviceCase& d, const VerifyParams& p) {
-  TestStream stream;
-  ASSERT_EQ(launch_verify(p, stream.get()), cudaSuccess);
-  stream.sync();
+  const detail::StreamHandle stream = test_stream();
+  ASSERT_EQ(launch_verify(p, stream.cuda()), cudaSuccess);
+  stream.synchronize();
   c.o.bytes = d.o.download<uint8_t>();
   c.scratch.bytes = d.scratch.download<uint8_t>();
   c.pool.bytes = d.pool.download<uint8_t>();

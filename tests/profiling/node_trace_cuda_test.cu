@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "graph/capture.h"
 #include "kdagraph/error.hpp"
 #include "profiling/node_trace.h"
 #include "tests/common/device_clock.cuh"
@@ -32,31 +33,22 @@ void sleep_on_host(void* micros) {
 
 constexpr uint64_t kSpinNs = 20000;
 
-// Owns a stream, a captured graph and its instantiation, each released exactly once.
+// A stream and a graph captured on it, through the library's stream handle and capture guard.
 struct CapturedGraph {
-  cudaStream_t stream = nullptr;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
+  detail::StreamHandle owner = detail::StreamHandle::create(Backend::cuda);
+  cudaStream_t stream = owner.cuda();
+  detail::Graph graph;
 
   // Captures `kernels` spins; with `host_gap_us` > 0, a host node sleeping that long after the first.
   CapturedGraph(int kernels, int* host_gap_us) {
-    KDA_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    KDA_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    detail::CaptureGuard capture(owner.get(), "CapturedGraph");
     for (int i = 0; i < kernels; ++i) {
       spin<<<1, 32, 0, stream>>>(kSpinNs);
       if (i == 0 && host_gap_us != nullptr)
         KDA_TEST_CUDA(cudaLaunchHostFunc(stream, sleep_on_host, host_gap_us));
     }
-    KDA_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
-    KDA_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    graph = capture.end();
   }
-  ~CapturedGraph() {
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
-    if (stream) cudaStreamDestroy(stream);
-  }
-  CapturedGraph(const CapturedGraph&) = delete;
-  CapturedGraph& operator=(const CapturedGraph&) = delete;
 };
 
 #define KDA_START_TRACE(trace)                                          \
@@ -72,7 +64,7 @@ TEST(NodeTraceCuda, EachGraphLaunchIsOneTimelineWithEveryNode) {
   CapturedGraph g(5, nullptr);
   KDA_START_TRACE(trace);
   for (int i = 0; i < 3; ++i) spin<<<1, 32, 0, g.stream>>>(kSpinNs);  // eager: no graph, not counted
-  for (int i = 0; i < 4; ++i) KDA_TEST_CUDA(cudaGraphLaunch(g.exec, g.stream));
+  for (int i = 0; i < 4; ++i) g.graph.launch(g.owner.get());
   KDA_TEST_CUDA(cudaStreamSynchronize(g.stream));
   const std::vector<profiling::LaunchTimeline> launches = trace->take();
   ASSERT_EQ(launches.size(), 4u);
@@ -91,7 +83,7 @@ TEST(NodeTraceCuda, AHostNodeBetweenKernelsIsIdleTime) {
   int gap_us = 2000;
   CapturedGraph g(2, &gap_us);
   KDA_START_TRACE(trace);
-  KDA_TEST_CUDA(cudaGraphLaunch(g.exec, g.stream));
+  g.graph.launch(g.owner.get());
   KDA_TEST_CUDA(cudaStreamSynchronize(g.stream));
   const std::vector<profiling::LaunchTimeline> launches = trace->take();
   ASSERT_EQ(launches.size(), 1u);

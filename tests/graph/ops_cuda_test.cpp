@@ -1,0 +1,75 @@
+// SPEC §10 on the CUDA backend (skipped without a GPU): the operations over caller-owned buffers agree
+// with the Verifier bitwise in every layout, and a bad entry of a device-resident layer table, which the
+// host cannot read, is caught by the kernels: recorded in the error word, its rows treated as padding.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kdagraph/ops.hpp"
+#include "kernels/stream.h"
+#include "tests/common/caller_storage.h"
+#include "tests/common/engines.h"
+#include "tests/common/gpu.h"
+#include "tests/common/verify_case.h"
+
+namespace kdagraph::test {
+namespace {
+
+VerifierConfig cuda_ops_config(Mode mode, DType state) {
+  VerifierConfig c = small_verifier(Backend::cuda, mode, /*layers=*/2, /*tokens=*/3);
+  c.model = ModelShape{2, 1, 2, 64, 64};
+  c.pool = PoolShape{6, 4, state};
+  c.max_rows = 4;
+  c.io_dtype = DType::bf16;
+  return c;
+}
+
+class OpsLayoutsCuda : public ::testing::TestWithParam<CallerLayout> {};
+
+TEST_P(OpsLayoutsCuda, MatchTheVerifierBitwise) {
+  KDA_SKIP_WITHOUT_GPU();
+  const auto stream = detail::StreamHandle::create(Backend::cuda);
+  for (Mode mode : {Mode::fused_accept, Mode::two_phase})
+    for (DType state : {DType::f32, DType::bf16})
+      expect_ops_match_verifier(cuda_ops_config(mode, state), GetParam(), stream.get(), fresh_seed(), 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, OpsLayoutsCuda,
+                         ::testing::Values(CallerLayout::compact, CallerLayout::layer_table,
+                                           CallerLayout::padded_rows, CallerLayout::sglang),
+                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+TEST(OpsCuda, ANullEntryOfADeviceLayerTableIsRecordedAndItsRowsArePadding) {
+  KDA_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const VerifierConfig cfg = cuda_ops_config(Mode::fused_accept, DType::f32);
+  CallerStorage c(cfg, CallerLayout::layer_table);
+  BackendInputs in(cfg);
+  in.randomize(rng);
+  for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) c.prefill(slot, random_states(cfg, rng));
+  const std::vector<void*> bad_table = {c.pool.per_layer[0].data(), nullptr};
+  const auto table = detail::Buffer::copy_of(Backend::cuda, bad_table);
+  detail::MappedHostBuffer errors(Backend::cuda, sizeof(DeviceErrorWord));
+  *static_cast<DeviceErrorWord*>(errors.host()) = DeviceErrorWord{};
+  SlotStorage storage = c.storage;
+  storage.pool.layer_table = table.as<void*>();
+  storage.errors = static_cast<DeviceErrorWord*>(errors.device());
+  const std::vector<int32_t> packed = {2, 4, 1, -1, -1};
+  c.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
+  const auto stream = detail::StreamHandle::create(Backend::cuda);
+  const std::vector<uint8_t> scratch_before = c.scratch.bytes();
+  ops::build_indices(stream.get(), c.spec, storage, c.batch_view(cfg.max_rows), c.idx);
+  ops::verify_layer(stream.get(), c.spec, storage, c.idx, cfg.max_rows, 1, in.view(1, 1));
+  stream.synchronize();
+  const DeviceErrorWord word = read_device_errors(static_cast<const DeviceErrorWord*>(errors.host()));
+  EXPECT_EQ(DeviceErrorCode(word.code), DeviceErrorCode::layer_base_invalid);
+  EXPECT_EQ(word.value, 1) << "the layer";
+  EXPECT_EQ(word.count, 2u) << "once per real row";
+  const auto out = in.o[1][1].download<uint16_t>();
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 0u) << "output element " << i << " is not zero";
+  EXPECT_EQ(c.scratch.bytes(), scratch_before) << "no post-state is written for a layer with no valid base";
+}
+
+}  // namespace
+}  // namespace kdagraph::test

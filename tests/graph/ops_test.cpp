@@ -1,0 +1,177 @@
+// SPEC §10 on the CPU backend: the operations over caller-owned buffers give what the Verifier gives,
+// bitwise, in every layout engines use; and every bad view is refused, naming its argument, with every
+// buffer left as it was.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kdagraph/ops.hpp"
+#include "tests/common/caller_storage.h"
+#include "tests/common/engines.h"
+#include "tests/common/verify_case.h"
+
+namespace kdagraph::test {
+namespace {
+
+const Stream kCpu{Backend::cpu, nullptr};
+
+VerifierConfig ops_config(Mode mode, DType state) {
+  VerifierConfig c = small_verifier(Backend::cpu, mode, /*layers=*/2, /*tokens=*/3);
+  c.model = ModelShape{2, 1, 2, 64, 64};  // K = V = 64: the shape the GPU twin runs too
+  c.pool = PoolShape{6, 4, state};
+  c.max_rows = 4;
+  return c;
+}
+
+class OpsLayouts : public ::testing::TestWithParam<CallerLayout> {};
+
+TEST_P(OpsLayouts, MatchTheVerifierBitwise) {
+  for (Mode mode : {Mode::fused_accept, Mode::two_phase})
+    for (DType state : {DType::f32, DType::bf16})
+      expect_ops_match_verifier(ops_config(mode, state), GetParam(), kCpu, fresh_seed(), 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, OpsLayouts,
+                         ::testing::Values(CallerLayout::compact, CallerLayout::layer_table,
+                                           CallerLayout::padded_rows, CallerLayout::sglang),
+                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+TEST(Ops, RoundIndicesTileTheirStorage) {
+  std::vector<int32_t> storage(size_t(round_index_elems(5, 3)), 0);
+  const RoundIndices idx = round_indices(storage.data(), 5, 3);
+  EXPECT_EQ(idx.capacity, 5);
+  EXPECT_EQ(idx.tokens, 3);
+  std::vector<int> owners(storage.size(), 0);
+  auto mark = [&](const int32_t* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) ++owners[size_t(p - storage.data()) + i];
+  };
+  for (const int32_t* p : {idx.row_slot, idx.seed_pool, idx.seed_scratch, idx.seed_accept, idx.row_accept}) mark(p, 5);
+  mark(idx.write_row, 15);
+  EXPECT_EQ(owners, std::vector<int>(storage.size(), 1)) << "every element belongs to exactly one array";
+}
+
+// A good fused-accept round on caller storage, and the bad variants of its arguments.
+struct BadCall {
+  std::string argument;  // what InvalidArgument must name
+  std::function<void(RoundSpec&, SlotStorage&, RoundIndices&, LayerInputs&)> spoil;
+};
+
+std::vector<BadCall> bad_calls(CallerStorage& c) {
+  auto misaligned = [](void* p) { return static_cast<void*>(static_cast<char*>(p) + 4); };
+  void* table_base = c.pool.per_layer.empty() ? nullptr : c.pool.per_layer[0].data();
+  return {
+      {"storage.pool", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.base = nullptr; }},
+      {"storage.pool.base", [&](auto&, SlotStorage& s, auto&, auto&) { s.pool.base = misaligned(s.pool.base); }},
+      {"storage.pool", [&](auto&, SlotStorage& s, auto&, auto&) { s.pool.layer_table = c.scratch.view.layer_table ? c.scratch.view.layer_table : reinterpret_cast<void* const*>(&table_base); }},
+      {"storage.pool.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.row_stride -= 4; }},
+      {"storage.pool.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.row_stride += 1; }},
+      {"storage.pool.layers", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.layers = 1; }},
+      {"storage.pool.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.rows = s.slots - 1; }},
+      {"storage.pool.layer_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.layer_stride = s.pool.row_stride; }},
+      {"storage.pool.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.dtype = DType(7); }},
+      {"storage.scratch.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.rows = int64_t(s.slots) * s.scratch_steps - 1; }},
+      {"storage.scratch.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.dtype = DType::bf16; }},
+      {"storage.scratch_steps", [](RoundSpec& sp, SlotStorage& s, auto&, auto&) { s.scratch_steps = sp.tokens - 1; }},
+      {"storage.slots", [](auto&, SlotStorage& s, auto&, auto&) { s.slots = 0; }},
+      {"storage.accept_len", [](auto&, SlotStorage& s, auto&, auto&) { s.accept_len = nullptr; }},
+      {"storage.accept_len", [&](auto&, SlotStorage& s, auto&, auto&) { s.accept_len = static_cast<int32_t*>(static_cast<void*>(reinterpret_cast<char*>(s.accept_len) + 2)); }},
+      {"idx.tokens", [](auto&, auto&, RoundIndices& i, auto&) { i.tokens += 1; }},
+      {"rows", [](auto&, auto&, RoundIndices& i, auto&) { i.capacity = 2; }},
+      {"idx.write_row", [](auto&, auto&, RoundIndices& i, auto&) { i.write_row = nullptr; }},
+      {"idx.seed_scratch", [](auto&, auto&, RoundIndices& i, auto&) { i.seed_scratch = nullptr; }},
+      {"model.value_heads", [](RoundSpec& sp, auto&, auto&, auto&) { sp.model.heads = 2; sp.model.value_heads = 3; }},
+      {"mode", [](RoundSpec& sp, auto&, auto&, auto&) { sp.mode = Mode(9); }},
+      {"q", [](auto&, auto&, auto&, LayerInputs& in) { in.q = nullptr; }},
+      {"g", [&](auto&, auto&, auto&, LayerInputs& in) { in.g = misaligned(const_cast<void*>(in.g)); }},
+      {"A_log", [](auto&, auto&, auto&, LayerInputs& in) { in.A_log = nullptr; }},
+  };
+}
+
+TEST(Ops, BadViewsAreRefusedNamingTheArgumentAndChangeNothing) {
+  std::mt19937_64 rng(fresh_seed());
+  const VerifierConfig cfg = ops_config(Mode::fused_accept, DType::f32);
+  CallerStorage c(cfg, CallerLayout::compact);
+  BackendInputs in(cfg);
+  in.randomize(rng);
+  for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) c.prefill(slot, random_states(cfg, rng));
+  const std::vector<int32_t> packed = {2, 4, 1, -1, -1};
+  c.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
+  const std::vector<int32_t> accepted = {2, 3, 0, 0};
+  c.accepted.upload(accepted.data(), accepted.size() * sizeof(int32_t));
+  const int32_t rows = cfg.max_rows;
+
+  // Every operation, with possibly spoiled arguments.
+  using Op = std::function<void(const RoundSpec&, const SlotStorage&, const RoundIndices&, const LayerInputs&)>;
+  const std::vector<std::pair<const char*, Op>> operations = {
+      {"build_indices", [&](auto& sp, auto& st, auto& idx, auto&) { ops::build_indices(kCpu, sp, st, c.batch_view(rows), idx); }},
+      {"verify_layer", [&](auto& sp, auto& st, auto& idx, auto& li) { ops::verify_layer(kCpu, sp, st, idx, rows, 1, li); }},
+      {"accept", [&](auto& sp, auto& st, auto& idx, auto&) { ops::accept(kCpu, sp, st, idx, rows, c.accepted.as<int32_t>()); }},
+      {"materialize", [&](auto& sp, auto& st, auto&, auto&) { ops::materialize(kCpu, sp, st, c.batch.as<int32_t>() + 1, 2); }},
+  };
+  auto snapshot = [&] {
+    std::vector<std::vector<uint8_t>> all = {c.pool.bytes(), c.scratch.bytes(), c.accept_len.download<uint8_t>(),
+                                             c.index_storage.download<uint8_t>()};
+    for (const auto& o : in.o[1]) all.push_back(o.download<uint8_t>());
+    return all;
+  };
+  const auto before = snapshot();
+  int refused = 0;
+  for (const BadCall& bad : bad_calls(c)) {
+    for (const auto& [name, op] : operations) {
+      RoundSpec spec = c.spec;
+      SlotStorage storage = c.storage;
+      RoundIndices idx = c.idx;
+      LayerInputs layer = in.view(1, 1);
+      bad.spoil(spec, storage, idx, layer);
+      const bool inputs_spoiled = bad.argument == "q" || bad.argument == "g" || bad.argument == "A_log";
+      const bool uses_indices = std::string(name) != "materialize";
+      if ((inputs_spoiled && std::string(name) != "verify_layer") ||
+          (!uses_indices && (bad.argument.rfind("idx.", 0) == 0 || bad.argument == "rows")))
+        continue;  // an argument this operation does not take
+      SCOPED_TRACE(std::string(name) + " with a bad " + bad.argument);
+      try {
+        op(spec, storage, idx, layer);
+        ADD_FAILURE() << "was accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_EQ(e.argument(), bad.argument) << e.what();
+        EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << "names the operation: " << e.what();
+        ++refused;
+      }
+      ASSERT_EQ(snapshot(), before) << "a refused call changed a buffer";
+    }
+  }
+  EXPECT_GT(refused, 60);
+}
+
+TEST(Ops, CommitIsTwoPhaseOnly) {
+  const VerifierConfig cfg = ops_config(Mode::fused_accept, DType::f32);
+  CallerStorage c(cfg, CallerLayout::compact);
+  try {
+    ops::commit(kCpu, c.spec, c.storage, c.idx, cfg.max_rows);
+    FAIL() << "a fused-accept commit was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "spec.mode");
+  }
+}
+
+TEST(Ops, ABadEntryInAHostLayerTableIsRefusedByName) {
+  const VerifierConfig cfg = ops_config(Mode::fused_accept, DType::f32);
+  CallerStorage c(cfg, CallerLayout::layer_table);
+  std::vector<void*> table = {c.pool.per_layer[0].data(), nullptr};
+  SlotStorage storage = c.storage;
+  storage.pool.layer_table = table.data();
+  for (void* bad : {static_cast<void*>(nullptr), static_cast<void*>(c.pool.per_layer[1].as<char>() + 8)}) {
+    table[1] = bad;
+    try {
+      ops::build_indices(kCpu, c.spec, storage, c.batch_view(1), c.idx);
+      ADD_FAILURE() << "a bad table entry was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "storage.pool.layer_table[1]") << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kdagraph::test
