@@ -27,7 +27,7 @@ StateView state_view_table(void* const* layer_table, DType dtype, int32_t layers
 int64_t round_index_elems(int32_t rows, int32_t tokens) {
   require_in_range("round_index_elems", "rows", rows, 0, INT32_MAX);
   require_in_range("round_index_elems", "tokens", tokens, 1, 1024);
-  return int64_t(rows) * (5 + tokens);
+  return int64_t(rows) * (7 + tokens);
 }
 
 RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens) {
@@ -41,8 +41,15 @@ RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens) {
   idx.seed_scratch = storage + 2 * n;
   idx.seed_accept = storage + 3 * n;
   idx.row_accept = storage + 4 * n;
-  idx.write_row = storage + 5 * n;
+  idx.replay_from = storage + 5 * n;
+  idx.cache_to = storage + 6 * n;
+  idx.write_row = storage + 7 * n;
   return idx;
+}
+
+int64_t token_cache_row_elems(const RoundSpec& spec) {
+  const ModelShape& m = spec.model;
+  return TokenCacheLayout{spec.tokens, m.heads, m.value_heads, m.head_k, m.head_v}.row_elems();
 }
 
 namespace ops {
@@ -54,6 +61,30 @@ void validate_round(const char* where, const Stream& s, const RoundSpec& spec, c
   detail::validate_spec(where, spec, s.backend);
   detail::validate_storage(where, spec, storage, s.backend);
   detail::validate_indices(where, spec, idx, rows);
+}
+
+// The verify of one layer of `rows` rows, without its inputs and indices.
+VerifyParams layer_params(const RoundSpec& spec, const SlotStorage& st, int32_t rows, int32_t layer) {
+  const ModePolicy policy = mode_policy(spec.mode);
+  VerifyParams p;
+  p.rows = rows;
+  p.tokens = spec.tokens;
+  p.heads = spec.model.heads;
+  p.value_heads = spec.model.value_heads;
+  p.head_k = spec.model.head_k;
+  p.head_v = spec.model.head_v;
+  p.io_dtype = spec.io_dtype;
+  p.options = spec.options;
+  p.pool = st.pool;
+  p.layer = layer;
+  p.writes_scratch = policy.per_token_scratch;
+  if (policy.per_token_scratch) p.scratch = st.scratch;
+  if (policy.token_cache) {
+    p.token_cache = st.token_cache;
+    p.cache_tokens = spec.tokens;
+  }
+  p.errors = st.errors;
+  return p;
 }
 
 StateCopyParams copy_params(const RoundSpec& spec, const SlotStorage& st, int32_t count, const int32_t* slot_of,
@@ -88,6 +119,8 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
   p.scratch_steps = storage.scratch_steps;
   p.tokens = spec.tokens;
   p.rows = batch.rows;
+  p.replay = mode_policy(spec.mode).token_cache;
+  p.cache_parity = storage.cache_parity;
   p.errors = storage.errors;
   p.out = idx;
   detail::enqueue<BuildIndicesOp>(s, p);
@@ -100,15 +133,7 @@ void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& sto
   detail::validate_layer_index(where, layer, spec.model.layers);
   detail::validate_layer_inputs(where, in, spec);
   nvtx::Scoped range(nvtx::Range::layer, layer);
-  VerifyParams p;
-  p.rows = rows;
-  p.tokens = spec.tokens;
-  p.heads = spec.model.heads;
-  p.value_heads = spec.model.value_heads;
-  p.head_k = spec.model.head_k;
-  p.head_v = spec.model.head_v;
-  p.io_dtype = spec.io_dtype;
-  p.options = spec.options;
+  VerifyParams p = layer_params(spec, storage, rows, layer);
   p.q = in.q;
   p.k = in.k;
   p.v = in.v;
@@ -117,13 +142,14 @@ void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& sto
   p.o = in.o;
   p.A_log = in.A_log;
   p.dt_bias = in.dt_bias;
-  p.pool = storage.pool;
-  p.scratch = storage.scratch;
-  p.layer = layer;
   p.seed_pool = idx.seed_pool;
   p.seed_scratch = idx.seed_scratch;
   p.write_row = idx.write_row;
-  p.errors = storage.errors;
+  if (mode_policy(spec.mode).token_cache) {
+    p.replay_count = idx.seed_accept;
+    p.replay_from = idx.replay_from;
+    p.cache_to = idx.cache_to;
+  }
   detail::enqueue<VerifyOp>(s, p);
 }
 
@@ -141,6 +167,10 @@ void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
   p.accepted = accepted;
   p.accept_len = storage.accept_len;
   p.row_accept = idx.row_accept;
+  if (mode_policy(spec.mode).token_cache) {
+    p.cache_to = idx.cache_to;
+    p.cache_parity = storage.cache_parity;
+  }
   p.errors = storage.errors;
   detail::enqueue<AcceptOp>(s, p);
 }
@@ -156,16 +186,44 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
 }
 
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
-                 int32_t count) {
+                 int32_t count, const GateParams* gates) {
   const char* where = "ops::materialize";
   detail::validate_spec(where, spec, s.backend);
   detail::validate_storage(where, spec, storage, s.backend);
   require_in_range(where, "count", count, 0, INT32_MAX);
   if (count == 0) return;
   detail::require_buffer(where, "slots", slots, alignof(int32_t));
+  const bool gate_in_kernel = spec.options.gate != GateMode::precomputed;
+  const bool replay = mode_policy(spec.mode).token_cache;
+  if (replay && gate_in_kernel) {
+    require(gates != nullptr, where, "gates", "is null: a replay with the gate in the kernel needs each layer's A_log and dt_bias");
+    for (int32_t l = 0; l < spec.model.layers; ++l) {
+      const std::string arg = "gates[" + std::to_string(l) + "]";
+      detail::require_buffer(where, (arg + ".A_log").c_str(), gates[l].A_log, alignof(float));
+      detail::require_buffer(where, (arg + ".dt_bias").c_str(), gates[l].dt_bias, alignof(float));
+    }
+  }
   nvtx::Scoped range(nvtx::Range::materialize, count);
   const StateCopyParams p = copy_params(spec, storage, count, slots, nullptr);
-  detail::enqueue<CopyAcceptedStatesOp>(s, p);
+  if (replay) {
+    // The pending prefix is applied by the verify kernel itself, with no new tokens: the same code and
+    // order as the next verify would replay it with.
+    for (int32_t l = 0; l < spec.model.layers; ++l) {
+      VerifyParams v = layer_params(spec, storage, count, l);
+      v.tokens = 0;
+      v.slot_list = slots;
+      v.slots = storage.slots;
+      v.accept_len = storage.accept_len;
+      v.cache_parity = storage.cache_parity;
+      if (gate_in_kernel) {
+        v.A_log = gates[l].A_log;
+        v.dt_bias = gates[l].dt_bias;
+      }
+      detail::enqueue<VerifyOp>(s, v);
+    }
+  } else {
+    detail::enqueue<CopyAcceptedStatesOp>(s, p);
+  }
   detail::enqueue<ResetAcceptLenOp>(s, p);
 }
 

@@ -33,7 +33,8 @@ namespace {
 bool is_mode(Mode m) {
   switch (m) {
     case Mode::two_phase:
-    case Mode::fused_accept: return true;
+    case Mode::fused_accept:
+    case Mode::replay: return true;
   }
   return false;
 }
@@ -89,13 +90,12 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
 namespace {
 
 void validate_view(const char* where, const std::string& name, const StateView& v, const RoundSpec& spec,
-                   int64_t min_rows, Backend backend) {
+                   int64_t min_rows, int64_t row_elems, Backend backend) {
   const std::string arg = name + ".";
   auto field = [&](const char* f) { return arg + f; };
   require(is_dtype(v.dtype), where, field("dtype").c_str(), "is not f32 or bf16");
   require_in_range(where, field("layers").c_str(), v.layers, spec.model.layers, spec.model.layers);
   require_in_range(where, field("rows").c_str(), v.rows, min_rows, int64_t(1) << 40);
-  const int64_t row_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
   require_in_range(where, field("row_stride").c_str(), v.row_stride, row_elems, int64_t(1) << 40);
   const int64_t es = int64_t(dtype_size(v.dtype));
   require(v.row_stride * es % 16 == 0, where, field("row_stride").c_str(),
@@ -121,9 +121,19 @@ void validate_view(const char* where, const std::string& name, const StateView& 
 void validate_storage(const char* where, const RoundSpec& spec, const SlotStorage& st, Backend backend) {
   require_in_range(where, "storage.slots", st.slots, 1, INT32_MAX);
   require_in_range(where, "storage.scratch_steps", st.scratch_steps, spec.tokens, 1 << 16);
-  validate_view(where, "storage.pool", st.pool, spec, st.slots, backend);
-  if (mode_policy(spec.mode).per_token_scratch) {
-    validate_view(where, "storage.scratch", st.scratch, spec, int64_t(st.slots) * st.scratch_steps, backend);
+  const int64_t state_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
+  validate_view(where, "storage.pool", st.pool, spec, st.slots, state_elems, backend);
+  const ModePolicy policy = mode_policy(spec.mode);
+  if (policy.token_cache) {
+    validate_view(where, "storage.token_cache", st.token_cache, spec, 2 * int64_t(st.slots),
+                  token_cache_row_elems(spec), backend);
+    require(st.token_cache.dtype == spec.io_dtype, where, "storage.token_cache.dtype",
+            std::string("= ") + to_string(st.token_cache.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype));
+    require_buffer(where, "storage.cache_parity", st.cache_parity, alignof(int32_t));
+  }
+  if (policy.per_token_scratch) {
+    validate_view(where, "storage.scratch", st.scratch, spec, int64_t(st.slots) * st.scratch_steps, state_elems,
+                  backend);
     require(st.scratch.dtype == st.pool.dtype, where, "storage.scratch.dtype",
             std::string("= ") + to_string(st.scratch.dtype) + " differs from storage.pool.dtype = " +
                 to_string(st.pool.dtype));
@@ -138,7 +148,8 @@ void validate_indices(const char* where, const RoundSpec& spec, const RoundIndic
   require_in_range(where, "rows", rows, 1, idx.capacity);
   const std::pair<const char*, const int32_t*> arrays[] = {
       {"idx.row_slot", idx.row_slot},       {"idx.seed_pool", idx.seed_pool}, {"idx.seed_scratch", idx.seed_scratch},
-      {"idx.seed_accept", idx.seed_accept}, {"idx.write_row", idx.write_row}, {"idx.row_accept", idx.row_accept}};
+      {"idx.seed_accept", idx.seed_accept}, {"idx.write_row", idx.write_row}, {"idx.row_accept", idx.row_accept},
+      {"idx.replay_from", idx.replay_from}, {"idx.cache_to", idx.cache_to}};
   for (const auto& [name, array] : arrays) require_buffer(where, name, array, alignof(int32_t));
 }
 
@@ -236,6 +247,7 @@ const char* to_string(Mode m) {
   switch (m) {
     case Mode::two_phase: return "two-phase";
     case Mode::fused_accept: return "fused-accept";
+    case Mode::replay: return "replay";
   }
   return "?";
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "graph/dispatch.h"
 #include "graph/validate.h"
@@ -34,6 +35,9 @@ struct Verifier::Impl {
   StateGeometry geo;
   detail::MappedHostBuffer errors;
   Buffer pool, scratch, accept_len;
+  Buffer token_cache, cache_parity;  // replay mode
+  std::vector<GateParams> gates;     // each layer's, as its last verify named them (replay materialize)
+  bool gates_known = false;
   Buffer index_storage;  // RoundIndices at max_rows
   Buffer batch_storage;  // n_real, slots, accepted, materialize list
   SlotStorage storage;
@@ -59,12 +63,22 @@ struct Verifier::Impl {
     const Backend b = c.backend;
     const DType st = c.pool.state_dtype;
     const size_t es = dtype_size(st);
+    const ModePolicy policy = mode_policy(c.mode);
     pool = Buffer(b, size_t(geo.pool_elems()) * es);
-    if (mode_policy(c.mode).per_token_scratch) scratch = Buffer(b, size_t(geo.scratch_elems()) * es);
+    if (policy.per_token_scratch) scratch = Buffer(b, size_t(geo.scratch_elems()) * es);
     accept_len = Buffer(b, size_t(c.pool.slots) * sizeof(int32_t));
     pool.fill(0);
     scratch.fill(0);
     accept_len.fill(0);
+    const int64_t cache_stride = aligned_row_elems(token_cache_row_elems(spec), c.io_dtype);
+    const int64_t cache_rows = 2 * int64_t(c.pool.slots);
+    if (policy.token_cache) {
+      token_cache = Buffer(b, size_t(c.model.layers * cache_rows * cache_stride) * dtype_size(c.io_dtype));
+      cache_parity = Buffer(b, size_t(c.pool.slots) * sizeof(int32_t));
+      token_cache.fill(0);
+      cache_parity.fill(0);
+    }
+    gates.resize(size_t(c.model.layers));
 
     const size_t N = size_t(c.max_rows), P = size_t(c.pool.slots);
     index_storage = Buffer(b, size_t(round_index_elems(c.max_rows, c.tokens)) * sizeof(int32_t));
@@ -84,6 +98,11 @@ struct Verifier::Impl {
     storage.pool = pool_view(geo, pool.data(), st);
     if (scratch.data() != nullptr) storage.scratch = scratch_view(geo, scratch.data(), st);
     storage.accept_len = accept_len.as<int32_t>();
+    if (policy.token_cache) {
+      storage.token_cache = state_view(token_cache.data(), c.io_dtype, c.model.layers, cache_rows * cache_stride,
+                                       cache_rows, cache_stride);
+      storage.cache_parity = cache_parity.as<int32_t>();
+    }
     storage.errors = static_cast<DeviceErrorWord*>(errors.device());
   }
 
@@ -130,6 +149,7 @@ size_t Verifier::row_stride_bytes() const {
 }
 size_t Verifier::pool_bytes() const { return impl_->pool.bytes(); }
 size_t Verifier::scratch_bytes() const { return impl_->scratch.bytes(); }
+size_t Verifier::token_cache_bytes() const { return impl_->token_cache.bytes(); }
 int32_t Verifier::batch_size() const { return impl_->n; }
 const RoundSpec& Verifier::spec() const { return impl_->spec; }
 const SlotStorage& Verifier::storage() const { return impl_->storage; }
@@ -203,6 +223,8 @@ void Verifier::enqueue_verify(const Stream& s, int32_t layer, const LayerInputs&
   detail::validate_stream(where, s, m.cfg.backend);
   m.check_rows(where, s, rows);
   ops::verify_layer(s, m.spec, m.storage, m.idx, rows, layer, in);
+  m.gates[size_t(layer)] = GateParams{in.A_log, in.dt_bias};
+  m.gates_known = m.gates_known || layer == m.cfg.model.layers - 1;
 }
 
 void Verifier::enqueue_round(const Stream& s, const LayerInputs* layers, int32_t rows) {
@@ -254,8 +276,11 @@ void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_
   require(slots != nullptr, where, "slots", "is null");
   detail::validate_slot_list(where, slots, count, m.cfg.pool.slots);
   m.require_not_capturing(where, s);
+  // In replay mode the pending prefix is replayed with each layer's gate parameters, known once every
+  // layer has been verified; before that no round has run, so nothing is pending.
+  if (mode_policy(m.cfg.mode).token_cache && !m.gates_known) return;
   m.uploader.upload(s, m.materialize_slots, slots, sizeof(int32_t) * size_t(count));
-  ops::materialize(s, m.spec, m.storage, m.materialize_slots, count);
+  ops::materialize(s, m.spec, m.storage, m.materialize_slots, count, m.gates.data());
 }
 
 DeviceErrorWord Verifier::device_errors() const {

@@ -21,6 +21,10 @@ struct AcceptParams {
   const int32_t* accepted = nullptr; // [N] the sampler's accept lengths
   int32_t* accept_len = nullptr;     // [P] fused-accept
   int32_t* row_accept = nullptr;     // [N] two-phase
+  // Replay: the accepted tokens are those the round stored at cache row cache_to[n]; that row's parity
+  // becomes the slot's (the next verify replays from it).
+  const int32_t* cache_to = nullptr;  // [N]
+  int32_t* cache_parity = nullptr;    // [P]
   DeviceErrorWord* errors = nullptr;
 };
 
@@ -37,6 +41,7 @@ KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
   }
   if (p.sets_slot) p.accept_len[slot] = a;
   else p.row_accept[n] = a;
+  if (p.cache_parity != nullptr && p.cache_to[n] >= 0) p.cache_parity[slot] = p.cache_to[n] & 1;
 }
 
 void accept_cpu(const AcceptParams& p);

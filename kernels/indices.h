@@ -26,17 +26,21 @@ struct IndexBuildParams {
   int32_t scratch_steps = 0;            // S
   int32_t tokens = 0;                   // T
   int32_t rows = 0;                     // N
+  // Replay mode: seeds are the pool, the accepted prefix (at most T tokens) is replayed from the token
+  // cache row of the slot's parity, and the round's tokens go to the other one.
+  bool replay = false;
+  const int32_t* cache_parity = nullptr;  // [P], replay only
   DeviceErrorWord* errors = nullptr;
-  RoundIndices out;
+  RoundIndices out;  // replay_from and cache_to are written when present
 };
 
 struct RowSeed {
   int32_t slot;    // -1: padded (or rejected) row
-  int32_t accept;  // gathered accept length, clamped to [0, S]; -1 for padded rows
+  int32_t accept;  // gathered accept length, clamped to [0, S] ([0, T] in replay); -1 for padded rows
 };
 
 // Decides what row n is. Bad slots (out of range, repeated) make the row padding; an accept length
-// outside [0, S] is clamped. Both are recorded in the error word.
+// outside [0, S] (replay: [0, T], the tokens a cache row holds) is clamped. Both are recorded.
 KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n) {
   int32_t n_real = *p.n_real;
   n_real = n_real < 0 ? 0 : (n_real > p.rows ? p.rows : n_real);
@@ -54,9 +58,10 @@ KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n) {
   }
   // Padded rows gather too, from slot 0: always in range, so the gather needs no branch.
   int32_t accept = p.accept_len[slot >= 0 ? slot : 0];
-  if (slot >= 0 && (accept < 0 || accept > p.scratch_steps)) {
+  const int32_t max_accept = p.replay ? p.tokens : p.scratch_steps;
+  if (slot >= 0 && (accept < 0 || accept > max_accept)) {
     record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, accept);
-    accept = accept < 0 ? 0 : p.scratch_steps;
+    accept = accept < 0 ? 0 : max_accept;
   }
   return RowSeed{slot, slot >= 0 ? accept : -1};
 }
@@ -67,13 +72,19 @@ struct BuildIndices {
 
   KDA_HD void operator()(int32_t n) const {
     const RowSeed r = resolve_row(p, n);
+    const bool real = r.slot >= 0, from_scratch = real && !p.replay && r.accept > 0;
     p.out.row_slot[n] = r.slot;
     p.out.seed_accept[n] = r.accept;
-    p.out.seed_pool[n] = (r.slot >= 0 && r.accept == 0) ? r.slot : -1;
-    p.out.seed_scratch[n] = r.slot >= 0 ? seed_scratch_row(r.slot, r.accept, p.scratch_steps) : -1;
+    p.out.seed_pool[n] = real && !from_scratch ? r.slot : -1;
+    p.out.seed_scratch[n] = from_scratch ? seed_scratch_row(r.slot, r.accept, p.scratch_steps) : -1;
     int32_t* write_row = p.out.write_row + int64_t(n) * p.tokens;
     for (int32_t t = 0; t < p.tokens; ++t)
-      write_row[t] = r.slot >= 0 ? scratch_row(r.slot, t, p.scratch_steps) : -1;
+      write_row[t] = real && !p.replay ? scratch_row(r.slot, t, p.scratch_steps) : -1;
+    const bool cached = real && p.replay;
+    const int32_t parity = cached ? p.cache_parity[r.slot] & 1 : 0;
+    if (p.out.replay_from != nullptr)
+      p.out.replay_from[n] = cached && r.accept > 0 ? cache_row(r.slot, parity) : -1;
+    if (p.out.cache_to != nullptr) p.out.cache_to[n] = cached ? cache_row(r.slot, 1 - parity) : -1;
   }
 };
 

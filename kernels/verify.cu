@@ -117,51 +117,107 @@ __device__ __forceinline__ float group_sum(float x) {
   return x;
 }
 
-// Starts the copies of tokens [t0, t0 + count) of (n, h) into shared memory: q, k and g rows and the
-// tile's v as 16-byte cp.async, the gate parameters once (t0 = 0), beta and write_row with plain loads.
-template <int K, int kTileV, int kThreads, class IoT>
-__device__ __forceinline__ void copy_tokens(const VerifyParams& p, int32_t n, int32_t h, int32_t v0,
-                                            int32_t t0, int32_t count, StagedTokens<K, kTileV, IoT>& st) {
+// The row a block works on: its launch row, value head, its query/key head, the tile's first V row,
+// what the row does (verify_row) and where its inputs come from.
+struct BlockRow {
+  int32_t n, h, hq, v0;
+  VerifyRow r;
+  const char* cache_from;  // the cache row holding the replayed tokens
+  char* cache_to;          // the cache row the new tokens' inputs go to, or null
+};
+
+// Token u of a block's token list, as pointers to its (head's) vectors: the first r.replay tokens are
+// in the cache row, the rest in the layer's inputs [TAG_TOKEN_CACHE]. q is null for cached tokens.
+template <class IoT>
+struct TokenPtrs {
+  const IoT *q, *k, *g, *v, *beta;
+};
+
+template <int K, class IoT>
+__device__ __forceinline__ TokenPtrs<IoT> token_ptrs(const VerifyParams& p, const BlockRow& b, int32_t u) {
   constexpr int V = K;
+  const int32_t HV = p.value_heads;
+  if (u < b.r.replay) {
+    const TokenCacheLayout c{p.cache_tokens, p.heads, HV, K, V};
+    const IoT* row = reinterpret_cast<const IoT*>(b.cache_from);
+    return {nullptr, row + c.k_offset(u, b.hq), row + c.g_offset(u, b.h), row + c.v_offset(u, b.h) + b.v0,
+            row + c.beta_offset(u, b.h)};
+  }
+  const int64_t tok = int64_t(b.n) * p.tokens + (u - b.r.replay);
+  const int64_t qk = (tok * p.heads + b.hq) * K;
+  return {static_cast<const IoT*>(p.q) + qk, static_cast<const IoT*>(p.k) + qk,
+          static_cast<const IoT*>(p.g) + (tok * HV + b.h) * K, static_cast<const IoT*>(p.v) + (tok * HV + b.h) * V + b.v0,
+          static_cast<const IoT*>(p.beta) + tok * HV + b.h};
+}
+
+// Starts the copies of tokens [u0, u0 + count) of the block's list into shared memory: q (new tokens
+// only), k and g rows and the tile's v as 16-byte cp.async, the gate parameters once (u0 = 0), beta and
+// write_row with plain loads.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void copy_tokens(const VerifyParams& p, const BlockRow& b, int32_t u0, int32_t count,
+                                            StagedTokens<K, kTileV, IoT>& st) {
   constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
   constexpr int kRowVecs = K / kElemsPerVec;        // 16-byte vectors in one q, k or g row
   constexpr int kTileVecs = kTileV / kElemsPerVec;  // ... in the tile's part of one v row
-  const int32_t HV = p.value_heads;
-  const int32_t hq = h / (HV / p.heads);  // grouped heads: value head h reads q/k head h / G
-  // Token t0 of (n, h); further tokens are a 32-bit stride apart.
-  const int64_t tok0 = int64_t(n) * p.tokens + t0;
-  const IoT* q = static_cast<const IoT*>(p.q) + (tok0 * p.heads + hq) * K;
-  const IoT* k = static_cast<const IoT*>(p.k) + (tok0 * p.heads + hq) * K;
-  const IoT* g = static_cast<const IoT*>(p.g) + (tok0 * HV + h) * K;
   const int tid = int(threadIdx.x);
 
   for (int c = tid; c < count * kRowVecs; c += kThreads) {
     const int tt = c / kRowVecs, e = c % kRowVecs * kElemsPerVec;
-    __pipeline_memcpy_async(&st.q_in[tt][e], q + tt * p.heads * K + e, kVecBytes);
-    __pipeline_memcpy_async(&st.k_in[tt][e], k + tt * p.heads * K + e, kVecBytes);
-    __pipeline_memcpy_async(&st.g_in[tt][e], g + tt * HV * K + e, kVecBytes);
+    const TokenPtrs<IoT> t = token_ptrs<K, IoT>(p, b, u0 + tt);
+    if (t.q != nullptr) __pipeline_memcpy_async(&st.q_in[tt][e], t.q + e, kVecBytes);
+    __pipeline_memcpy_async(&st.k_in[tt][e], t.k + e, kVecBytes);
+    __pipeline_memcpy_async(&st.g_in[tt][e], t.g + e, kVecBytes);
   }
-  const IoT* v = static_cast<const IoT*>(p.v) + (tok0 * HV + h) * V + v0;
   for (int c = tid; c < count * kTileVecs; c += kThreads) {
     const int tt = c / kTileVecs, e = c % kTileVecs * kElemsPerVec;
-    __pipeline_memcpy_async(&st.v[tt][e], v + tt * HV * V + e, kVecBytes);
+    __pipeline_memcpy_async(&st.v[tt][e], token_ptrs<K, IoT>(p, b, u0 + tt).v + e, kVecBytes);
   }
-  if (t0 == 0 && p.dt_bias != nullptr && tid < K)
-    __pipeline_memcpy_async(&st.dt_bias[tid], p.dt_bias + int64_t(h) * K + tid, sizeof(float));
-  if (t0 == 0 && p.A_log != nullptr && tid == 0)
-    __pipeline_memcpy_async(&st.a_log, p.A_log + h, sizeof(float));
+  if (u0 == 0 && p.dt_bias != nullptr && tid < K)
+    __pipeline_memcpy_async(&st.dt_bias[tid], p.dt_bias + int64_t(b.h) * K + tid, sizeof(float));
+  if (u0 == 0 && p.A_log != nullptr && tid == 0)
+    __pipeline_memcpy_async(&st.a_log, p.A_log + b.h, sizeof(float));
   __pipeline_commit();
   if (tid < count) {
-    st.beta[tid] =
-        math::beta_value(p.options, math::to_f32(static_cast<const IoT*>(p.beta)[(tok0 + tid) * HV + h]));
-    st.write_row[tid] = p.write_row[tok0 + tid];
+    const int32_t u = u0 + tid;
+    st.beta[tid] = math::beta_value(p.options, math::to_f32(*token_ptrs<K, IoT>(p, b, u).beta));
+    const bool posts = p.writes_scratch && u >= b.r.replay;
+    st.write_row[tid] = posts ? p.write_row[int64_t(b.n) * p.tokens + (u - b.r.replay)] : -1;
   }
 }
 
-// Once the copies have landed: q and k times their qk_multiplier (one warp per vector, the L2 norm's
-// sum of squares a warp-wide reduction), and the decay factor of every key channel.
+// Once a chunk has landed: the new tokens' inputs, as given, into the cache row for the next round's
+// replay. The tile's v rows are this block's; k, g and beta are shared by the tiles of a value head (and
+// k by the G value heads of a query head), so one block writes each.
 template <int K, int kTileV, int kThreads, class IoT>
-__device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, int32_t count,
+__device__ __forceinline__ void store_new_tokens(const VerifyParams& p, const BlockRow& b, int32_t u0, int32_t count,
+                                                 const StagedTokens<K, kTileV, IoT>& st) {
+  if (b.cache_to == nullptr) return;
+  constexpr int V = K;
+  constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
+  constexpr int kRowVecs = K / kElemsPerVec, kTileVecs = kTileV / kElemsPerVec;
+  const TokenCacheLayout c{p.cache_tokens, p.heads, p.value_heads, K, V};
+  IoT* row = reinterpret_cast<IoT*>(b.cache_to);
+  const bool first_tile = b.v0 == 0, writes_k = first_tile && b.h % (p.value_heads / p.heads) == 0;
+  const int tid = int(threadIdx.x);
+  auto copy16 = [](IoT* dst, const IoT* src) { *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src); };
+  for (int c16 = tid; c16 < count * kRowVecs; c16 += kThreads) {
+    const int tt = c16 / kRowVecs, e = c16 % kRowVecs * kElemsPerVec, t = u0 + tt - b.r.replay;
+    if (t < 0) continue;
+    if (writes_k) copy16(row + c.k_offset(t, b.hq) + e, &st.k_in[tt][e]);
+    if (first_tile) copy16(row + c.g_offset(t, b.h) + e, &st.g_in[tt][e]);
+  }
+  for (int c16 = tid; c16 < count * kTileVecs; c16 += kThreads) {
+    const int tt = c16 / kTileVecs, e = c16 % kTileVecs * kElemsPerVec, t = u0 + tt - b.r.replay;
+    if (t >= 0) copy16(row + c.v_offset(t, b.h) + b.v0 + e, &st.v[tt][e]);
+  }
+  if (first_tile && tid < count && u0 + tid >= b.r.replay)
+    row[c.beta_offset(u0 + tid - b.r.replay, b.h)] = *token_ptrs<K, IoT>(p, b, u0 + tid).beta;
+}
+
+// Once the copies have landed: q (new tokens) and k times their qk_multiplier (one warp per vector, the
+// L2 norm's sum of squares a warp-wide reduction), and the decay factor of every key channel.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const BlockRow& b, int32_t u0, int32_t count,
                                                   StagedTokens<K, kTileV, IoT>& st) {
   constexpr int kPerLane = K / kWarpSize;
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
@@ -169,6 +225,7 @@ __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, int32_t
   for (int task = warp; task < 2 * count; task += kThreads / kWarpSize) {
     const int tt = task / 2;
     const bool is_q = task % 2 == 0;
+    if (is_q && u0 + tt < b.r.replay) continue;  // a cached token has no query (warp-uniform)
     const IoT* src = (is_q ? st.q_in[tt] : st.k_in[tt]) + lane * kPerLane;
     float x[kPerLane];
     float sum_sq = 0.0f;
@@ -193,6 +250,53 @@ __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, int32_t
   }
 }
 
+// [TAG_UPDATE_ORDER] One token's update of a lane's kRows state rows: S' = a*S; p = sum S'k;
+// u = beta (v - p); S = S' + k u. Replayed and new tokens run this same function.
+template <int kRows, int kGroupLanes, class IoT>
+__device__ __forceinline__ void update_state(float (&s)[kRows][kSlice], const float (&a)[kSlice],
+                                             const float (&k)[kSlice], float beta, const IoT* v) {
+  float proj[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    proj[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kSlice; ++c) {
+      s[r][c] = math::decayed(s[r][c], a[c]);
+      proj[r] = math::accumulate(proj[r], s[r][c], k[c]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) proj[r] = group_sum<kGroupLanes>(proj[r]);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float u = math::delta(beta, math::to_f32(v[r]), proj[r]);
+#pragma unroll
+    for (int c = 0; c < kSlice; ++c) s[r][c] = math::rank1_update(s[r][c], k[c], u);
+  }
+}
+
+// o = S q for each of the lane's rows, summed over its lane group.
+template <int kRows, int kGroupLanes>
+__device__ __forceinline__ void output_rows(const float (&s)[kRows][kSlice], const float (&q)[kSlice],
+                                            float (&out)[kRows]) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    out[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kSlice; ++c) out[r] = math::accumulate(out[r], s[r][c], q[c]);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) out[r] = group_sum<kGroupLanes>(out[r]);
+}
+
+__device__ __forceinline__ void load4(const float* src, float (&x)[kSlice]) {
+  const float4 w = *reinterpret_cast<const float4*>(src);
+  x[0] = w.x;
+  x[1] = w.y;
+  x[2] = w.z;
+  x[3] = w.w;
+}
+
 template <int K, int kRows, class IoT, class StateT>
 __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(const VerifyParams p) {
   using Tile = VerifyTile<K, kRows>;
@@ -201,86 +305,81 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(
 
   const int32_t tile = int32_t(blockIdx.x) % Tile::kTilesPerHead;
   const int32_t unit = int32_t(blockIdx.x) / Tile::kTilesPerHead;
-  const int32_t h = unit % p.value_heads, n = unit / p.value_heads;
+  BlockRow b;
+  b.h = unit % p.value_heads;
+  b.n = unit / p.value_heads;
+  b.hq = b.h / (p.value_heads / p.heads);  // grouped heads: value head h reads q/k head h / G
+  b.v0 = tile * Tile::kTileV;
   const int32_t T = p.tokens, HV = p.value_heads;
-  const int32_t v0 = tile * Tile::kTileV;
-  // Outputs of the tile at token 0; tokens are HV * V elements apart.
-  IoT* o_tile = static_cast<IoT*>(p.o) + (int64_t(n) * T * HV + h) * V + v0;
+  // Outputs of the tile at new token 0; tokens are HV * V elements apart.
+  IoT* o_tile = static_cast<IoT*>(p.o) + (int64_t(b.n) * T * HV + b.h) * V + b.v0;
   const int32_t o_stride = HV * V;
 
-  // The whole seed tile is in registers before any post-state is written: the seed may be a scratch
-  // row this verify overwrites (SPEC §3). Each element is read and later written by the same thread
-  // only, and no other block touches this tile.
-  const StateT* seed = verify_seed<StateT>(p, n, tile == 0 && h == 0 && threadIdx.x == 0);
-  if (seed == nullptr) {  // padded row: zeros out, nothing read, no state written
+  const bool report = tile == 0 && b.h == 0 && threadIdx.x == 0;
+  b.r = verify_row(p, b.n, report);
+  const VerifyBases bases = b.r.padded() ? VerifyBases{} : verify_bases(p, b.r, b.n, report);
+  if (b.r.padded() || !bases.ok) {  // padded row: zeros out, nothing read, no state written
     for (int e = int(threadIdx.x); e < T * Tile::kTileV; e += Tile::kThreads)
       o_tile[e / Tile::kTileV * o_stride + e % Tile::kTileV] = math::from_f32<IoT>(0.0f);
     return;
   }
+  b.cache_from = b.r.replay > 0 ? state_row(bases.cache, p.token_cache, b.r.replay_from) : nullptr;
+  b.cache_to = b.r.cache_to >= 0 ? state_row(bases.cache, p.token_cache, b.r.cache_to) : nullptr;
 
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   const int group_lane = lane % Tile::kGroupLanes;
   const int tile_row0 = (warp * Tile::kGroupsPerWarp + lane / Tile::kGroupLanes) * kRows;  // in the tile
   const int i0 = group_lane * kSlice;  // first key channel of this lane's slice
-  const int64_t head_elems = int64_t(V) * K;
-  const int64_t slice_offset = h * head_elems + int64_t(v0 + tile_row0) * K + i0;
+  const int64_t slice_offset = b.h * (int64_t(V) * K) + int64_t(b.v0 + tile_row0) * K + i0;
 
+  // The whole seed tile is in registers before any state is written: the seed may be a scratch row
+  // this verify overwrites, or the pool row the replay writes back (SPEC §3). Each element is read and
+  // later written by the same thread only, and no other block touches this tile.
+  const StateT* seed = verify_seed<StateT>(p, b.r, bases) + slice_offset;
   float s[kRows][kSlice];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) load_slice(seed + slice_offset + int64_t(r) * K, s[r]);
+  for (int r = 0; r < kRows; ++r) load_slice(seed + int64_t(r) * K, s[r]);
 
-  char* const scratch = layer_base(p.scratch, p.layer);  // checked by verify_seed
-  for (int32_t t0 = 0; t0 < T; t0 += kChunkTokens) {
-    const int32_t count = T - t0 < kChunkTokens ? T - t0 : kChunkTokens;
-    if (t0 > 0) __syncthreads();  // the previous chunk is consumed before it is overwritten
-    copy_tokens<K, Tile::kTileV, Tile::kThreads, IoT>(p, n, h, v0, t0, count, st);
+  // The token list: r.replay cached accepted tokens, then the T new ones.
+  const int32_t U = b.r.replay + T;
+  for (int32_t u0 = 0; u0 < U; u0 += kChunkTokens) {
+    const int32_t count = U - u0 < kChunkTokens ? U - u0 : kChunkTokens;
+    if (u0 > 0) __syncthreads();  // the previous chunk is consumed before it is overwritten
+    copy_tokens<K, Tile::kTileV, Tile::kThreads, IoT>(p, b, u0, count, st);
     __pipeline_wait_prior(0);
     __syncthreads();
-    preprocess_tokens<K, Tile::kTileV, Tile::kThreads, IoT>(p, count, st);
+    store_new_tokens<K, Tile::kTileV, Tile::kThreads, IoT>(p, b, u0, count, st);
+    preprocess_tokens<K, Tile::kTileV, Tile::kThreads, IoT>(p, b, u0, count, st);
     __syncthreads();
 
     for (int tt = 0; tt < count; ++tt) {
-      const float4 q4 = *reinterpret_cast<const float4*>(&st.q[tt][i0]);
-      const float4 k4 = *reinterpret_cast<const float4*>(&st.k[tt][i0]);
-      const float4 a4 = *reinterpret_cast<const float4*>(&st.a[tt][i0]);
-      const float q[kSlice] = {q4.x, q4.y, q4.z, q4.w};
-      const float k[kSlice] = {k4.x, k4.y, k4.z, k4.w};
-      const float a[kSlice] = {a4.x, a4.y, a4.z, a4.w};
-      const float beta = st.beta[tt];
-      const int32_t write_row = st.write_row[tt];
-      IoT* out_rows = o_tile + (t0 + tt) * o_stride + tile_row0;
-
-      // [TAG_UPDATE_ORDER] S' = a*S; p = sum S'k; u = beta (v - p); S = S' + k u; o = sum S q.
-      float proj[kRows];
+      const int32_t u = u0 + tt;
+      float k[kSlice], a[kSlice];
+      load4(&st.k[tt][i0], k);
+      load4(&st.a[tt][i0], a);
+      update_state<kRows, Tile::kGroupLanes>(s, a, k, st.beta[tt], &st.v[tt][tile_row0]);
+      if (u < b.r.replay) {
+        if (u == b.r.replay - 1) {  // the accepted prefix is applied: the pool holds it from now on
+          StateT* pool_tile = const_cast<StateT*>(seed);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        proj[r] = 0.0f;
+          for (int r = 0; r < kRows; ++r) {
+            store_slice(pool_tile + int64_t(r) * K, s[r]);
 #pragma unroll
-        for (int c = 0; c < kSlice; ++c) {
-          s[r][c] = math::decayed(s[r][c], a[c]);
-          proj[r] = math::accumulate(proj[r], s[r][c], k[c]);
+            for (int c = 0; c < kSlice; ++c) s[r][c] = stored_value<StateT>(s[r][c]);
+          }
         }
+        continue;
       }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) proj[r] = group_sum<Tile::kGroupLanes>(proj[r]);
-      float out[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const float u = math::delta(beta, math::to_f32(st.v[tt][tile_row0 + r]), proj[r]);
-        out[r] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < kSlice; ++c) {
-          s[r][c] = math::rank1_update(s[r][c], k[c], u);
-          out[r] = math::accumulate(out[r], s[r][c], q[c]);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) out[r] = group_sum<Tile::kGroupLanes>(out[r]);
+      float q[kSlice], out[kRows];
+      load4(&st.q[tt][i0], q);
+      output_rows<kRows, Tile::kGroupLanes>(s, q, out);
+      IoT* out_rows = o_tile + (u - b.r.replay) * o_stride + tile_row0;
 #pragma unroll
       for (int r = 0; r < kRows; ++r)  // lane r of the group writes row r's output, one store per lane
         if (group_lane == r) out_rows[r] = math::from_f32<IoT>(out[r]);
+      const int32_t write_row = st.write_row[tt];
       if (write_row >= 0) {
-        StateT* post = reinterpret_cast<StateT*>(state_row(scratch, p.scratch, write_row)) + slice_offset;
+        StateT* post = reinterpret_cast<StateT*>(state_row(bases.scratch, p.scratch, write_row)) + slice_offset;
 #pragma unroll
         for (int r = 0; r < kRows; ++r) store_slice(post + int64_t(r) * K, s[r]);
       }
@@ -326,27 +425,35 @@ cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
           "= " + std::to_string(p.head_k) + " with head_v = " + std::to_string(p.head_v) +
               ": the CUDA verify is built for K = V = 64 and K = V = 128 only");
   require_in_range(where, "rows", p.rows, 0, INT32_MAX);
-  require_in_range(where, "tokens", p.tokens, 1, INT32_MAX);
+  require_in_range(where, "tokens", p.tokens, p.slot_list != nullptr ? 0 : 1, INT32_MAX);
   require(p.heads >= 1 && p.value_heads >= 1 && p.value_heads % p.heads == 0, where, "value_heads",
           "= " + std::to_string(p.value_heads) + " is not a positive multiple of heads = " + std::to_string(p.heads));
-  require(p.scratch.dtype == p.pool.dtype, where, "scratch.dtype", "differs from pool.dtype");
   if (p.rows == 0) return cudaSuccess;
   // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words from
-  // 16-byte aligned rows, the gate parameters as 4-byte cp.async.
-  require_aligned("q", p.q, 16);
-  require_aligned("k", p.k, 16);
-  require_aligned("v", p.v, 16);
-  require_aligned("g", p.g, 16);
-  const uintptr_t io_bytes = p.io_dtype == DType::f32 ? 4 : 2;
-  require_aligned("o", p.o, io_bytes);
-  require_aligned("beta", p.beta, io_bytes);
-  for (const int32_t* index : {p.seed_pool, p.seed_scratch, p.write_row}) require_aligned("indices", index, 4);
-  for (const StateView* view : {&p.pool, &p.scratch}) {
-    const char* name = view == &p.pool ? "pool" : "scratch";
+  // 16-byte aligned rows, the gate parameters as 4-byte cp.async; cache rows like input rows.
+  if (p.tokens > 0) {
+    require_aligned("q", p.q, 16);
+    require_aligned("k", p.k, 16);
+    require_aligned("v", p.v, 16);
+    require_aligned("g", p.g, 16);
+    const uintptr_t io_bytes = p.io_dtype == DType::f32 ? 4 : 2;
+    require_aligned("o", p.o, io_bytes);
+    require_aligned("beta", p.beta, io_bytes);
+  }
+  if (p.slot_list == nullptr)
+    for (const int32_t* index : {p.seed_pool, p.seed_scratch}) require_aligned("indices", index, 4);
+  if (p.writes_scratch) require_aligned("write_row", p.write_row, 4);
+  const bool replay = p.replay_count != nullptr || p.slot_list != nullptr;
+  for (const StateView* view : {&p.pool, &p.scratch, &p.token_cache}) {
+    if (view == &p.scratch && !p.writes_scratch) continue;
+    if (view == &p.token_cache && !replay) continue;
+    const char* name = view == &p.pool ? "pool" : view == &p.scratch ? "scratch" : "token_cache";
     require((view->row_stride * (view->dtype == DType::f32 ? 4 : 2)) % 16 == 0, where, name,
             "row_stride = " + std::to_string(view->row_stride) + " elements is not a multiple of 16 bytes");
     if (view->layer_table == nullptr) require_aligned(name, view->base, 16);
   }
+  if (p.writes_scratch) require(p.scratch.dtype == p.pool.dtype, where, "scratch.dtype", "differs from pool.dtype");
+  if (replay) require(p.token_cache.dtype == p.io_dtype, where, "token_cache.dtype", "differs from io_dtype");
   if (p.A_log != nullptr) require_aligned("A_log", p.A_log, 4);
   if (p.dt_bias != nullptr) require_aligned("dt_bias", p.dt_bias, 4);
   return p.head_k == 128 ? dispatch_dtypes<128>(p, stream) : dispatch_dtypes<64>(p, stream);

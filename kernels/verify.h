@@ -3,6 +3,11 @@
 // Each (row, value head) starts from its seed (pool[slot] or a scratch row, as RoundIndices says),
 // applies the update for t = 1..T, writes every post-state to scratch row write_row[n][t] (a negative
 // row: not written) and every output o_t. Padded rows read nothing, write no state and output zeros.
+//
+// Replay mode: a row first replays its accepted prefix, the a tokens the token cache holds from its
+// last round, onto pool[slot] (the same preprocessing and update, no outputs), writes that state back
+// to the pool (a > 0), then verifies its T new tokens from it and stores their inputs in the cache.
+// Materialize in replay mode is the same kernel over a list of slots with no new tokens.
 #pragma once
 
 #include <cstdint>
@@ -16,12 +21,12 @@ namespace kdagraph {
 
 struct VerifyParams {
   int32_t rows = 0;         // N
-  int32_t tokens = 0;       // T
+  int32_t tokens = 0;       // T new tokens per row (0: materialize, replay only)
   int32_t heads = 0;        // H
   int32_t value_heads = 0;  // HV
   int32_t head_k = 0;       // K
   int32_t head_v = 0;       // V
-  DType io_dtype = DType::f32;  // of q, k, v, g, beta and o; the state dtype is pool.dtype
+  DType io_dtype = DType::f32;  // of q, k, v, g, beta, o and the token cache; the state dtype is pool.dtype
   VerifyOptions options;
 
   const void* q = nullptr;     // [N, T, H, K]
@@ -34,30 +39,104 @@ struct VerifyParams {
   const float* dt_bias = nullptr;  // [HV * K], gate in kernel only
 
   // Layer `layer` of the views: seeds come from pool row seed_pool[n] or scratch row seed_scratch[n],
-  // post-states go to scratch rows write_row[n][t].
+  // post-states go to scratch rows write_row[n][t] when writes_scratch.
   StateView pool;
   StateView scratch;
   int32_t layer = 0;
+  bool writes_scratch = true;             // ModePolicy::per_token_scratch
   const int32_t* seed_pool = nullptr;     // [N]
   const int32_t* seed_scratch = nullptr;  // [N]
   const int32_t* write_row = nullptr;     // [N, T]
-  DeviceErrorWord* errors = nullptr;      // a layer base the device finds invalid is recorded here
+  DeviceErrorWord* errors = nullptr;      // what the device finds invalid is recorded here
+
+  // Replay mode [TAG_TOKEN_CACHE]: row n replays replay_count[n] tokens from token_cache row
+  // replay_from[n], then stores its new tokens at row cache_to[n]. Null arrays: no replay.
+  StateView token_cache;
+  int32_t cache_tokens = 0;  // T of a cache row
+  const int32_t* replay_count = nullptr;
+  const int32_t* replay_from = nullptr;
+  const int32_t* cache_to = nullptr;
+  // Materialize in replay mode: row n is slot slot_list[n] (outside [0, slots): skipped, recorded), which
+  // replays accept_len[slot] tokens from cache row slot * 2 + cache_parity[slot]; tokens is 0.
+  const int32_t* slot_list = nullptr;
+  int32_t slots = 0;
+  const int32_t* accept_len = nullptr;
+  const int32_t* cache_parity = nullptr;
 };
 
-// The seed of row n in layer p.layer, or nullptr for a padded row. A real row whose layer bases are
-// invalid (a bad entry in a device-resident table) is treated as padding, and recorded when `report`.
-template <class StateT>
-KDA_HD const StateT* verify_seed(const VerifyParams& p, int32_t n, bool report) {
-  const int32_t seed_pool = p.seed_pool[n], seed_scratch = p.seed_scratch[n];
-  if (seed_pool < 0 && seed_scratch < 0) return nullptr;
-  char* pool = layer_base(p.pool, p.layer);
-  char* scratch = layer_base(p.scratch, p.layer);
-  if ((seed_pool >= 0 && pool == nullptr) || scratch == nullptr) {
-    if (report) record_device_error(p.errors, DeviceErrorCode::layer_base_invalid, n, p.layer);
-    return nullptr;
+// What row n of a launch does, decided once per row by the CPU and the CUDA kernel alike.
+struct VerifyRow {
+  int32_t seed_pool = -1;     // pool row of the seed, or -1
+  int32_t seed_scratch = -1;  // scratch row of the seed, or -1 (both -1: a padded row)
+  int32_t replay = 0;         // cached tokens to replay first
+  int32_t replay_from = -1;   // their cache row
+  int32_t cache_to = -1;      // cache row for the new tokens' inputs, or -1
+  KDA_HD bool padded() const { return seed_pool < 0 && seed_scratch < 0; }
+};
+
+KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
+  VerifyRow r;
+  if (p.slot_list != nullptr) {
+    const int32_t slot = p.slot_list[n];
+    if (slot < 0 || slot >= p.slots) {
+      if (report && slot >= 0) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, slot);
+      return r;
+    }
+    int32_t a = p.accept_len[slot];
+    if (a < 0 || a > p.cache_tokens) {
+      if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, a);
+      a = a < 0 ? 0 : p.cache_tokens;
+    }
+    if (a == 0) return r;  // nothing pending: the pool holds the state already
+    r.seed_pool = slot;
+    r.replay = a;
+    r.replay_from = cache_row(slot, p.cache_parity[slot] & 1);
+    return r;
   }
-  return reinterpret_cast<const StateT*>(seed_pool >= 0 ? state_row(pool, p.pool, seed_pool)
-                                                        : state_row(scratch, p.scratch, seed_scratch));
+  r.seed_pool = p.seed_pool[n];
+  r.seed_scratch = p.seed_scratch[n];
+  if (p.replay_count != nullptr && !r.padded()) {
+    r.replay = p.replay_count[n];
+    r.replay_from = p.replay_from[n];
+    r.cache_to = p.cache_to[n];
+  }
+  return r;
+}
+
+// The layer bases row `r` reads and writes, checked: `ok` is false (recorded when `report`) when one it
+// needs is invalid (a bad entry in a device-resident table), and the row is then treated as padding.
+struct VerifyBases {
+  char* pool = nullptr;
+  char* scratch = nullptr;
+  char* cache = nullptr;
+  bool ok = false;
+};
+
+KDA_HD VerifyBases verify_bases(const VerifyParams& p, const VerifyRow& r, int32_t n, bool report) {
+  VerifyBases b;
+  b.pool = layer_base(p.pool, p.layer);
+  b.scratch = layer_base(p.scratch, p.layer);
+  b.cache = layer_base(p.token_cache, p.layer);
+  const bool needs_scratch = r.seed_scratch >= 0 || (p.writes_scratch && p.tokens > 0);
+  const bool needs_cache = r.replay > 0 || r.cache_to >= 0;
+  b.ok = (r.seed_pool < 0 || b.pool != nullptr) && (!needs_scratch || b.scratch != nullptr) &&
+         (!needs_cache || b.cache != nullptr);
+  if (!b.ok && report) record_device_error(p.errors, DeviceErrorCode::layer_base_invalid, n, p.layer);
+  return b;
+}
+
+// Where the seed of row `r` starts.
+template <class StateT>
+KDA_HD const StateT* verify_seed(const VerifyParams& p, const VerifyRow& r, const VerifyBases& b) {
+  return reinterpret_cast<const StateT*>(r.seed_pool >= 0 ? state_row(b.pool, p.pool, r.seed_pool)
+                                                          : state_row(b.scratch, p.scratch, r.seed_scratch));
+}
+
+// A state value as it reads back after a store in the state dtype: the replay goes on from the state
+// the pool now holds, bit for bit what the other modes seed from.
+template <class StateT>
+KDA_HD float stored_value(float x) {
+  return math::to_f32(math::from_f32<StateT>(x));
 }
 
 // Host backend: both cores over the independent (row, head) units. Runs now.

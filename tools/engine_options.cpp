@@ -15,7 +15,7 @@ const std::vector<Preset>& presets() {
   return kPresets;
 }
 
-const std::vector<std::string> kModeNames = {"two-phase", "fused-accept"};
+const std::vector<std::string> kModeNames = {"two-phase", "fused-accept", "replay"};
 const std::vector<std::string> kExecNames = {"eager", "graph"};
 const std::vector<std::string> kDTypeNames = {"f32", "bf16"};
 

@@ -58,7 +58,7 @@ OptionTable run_options(RunOptions& o) {
           [&o](const std::string& n, const std::string& v) { o.slots = int32_t(parse_int(n, v, 1, 2 * kMaxBatch)); });
   t.value("rounds", "R", "rounds to run (default 100)",
           [&o](const std::string& n, const std::string& v) { o.rounds = int32_t(parse_int(n, v, 1, 100000000)); });
-  t.value("mode", "two-phase|fused-accept", "how the state advances between rounds (default fused-accept)",
+  t.value("mode", "two-phase|fused-accept|replay", "how the state advances between rounds (default fused-accept)",
           [&o](const std::string& n, const std::string& v) { o.mode = Mode(parse_choice(n, v, kModeNames)); });
   t.value("exec", "eager|graph", "launch each round's work, or replay its bucket's graph (default graph)",
           [&o](const std::string& n, const std::string& v) { o.exec = Exec(parse_choice(n, v, kExecNames)); });

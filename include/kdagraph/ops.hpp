@@ -55,6 +55,11 @@ struct SlotStorage {
   StateView pool;             // at least P rows
   StateView scratch;          // at least P * S rows, same dtype as the pool (modes with per-token scratch)
   int32_t* accept_len = nullptr;  // [P] int32
+  // Replay mode (SPEC §3): the token cache, rows slot * 2 + parity in the io dtype, each holding one
+  // round's inputs of T tokens (token_cache_row_elems), and the parity [P] int32 of each slot's pending
+  // tokens. Other modes leave them unset.
+  StateView token_cache;
+  int32_t* cache_parity = nullptr;
   // Optional: where kernels record what only the device can see (device-writable; host-mapped pinned
   // memory lets the host read it without synchronizing).
   DeviceErrorWord* errors = nullptr;
@@ -100,12 +105,25 @@ struct RoundIndices {
   int32_t* seed_accept = nullptr;   // [N] accept_len gathered for the row's slot, -1 padded
   int32_t* write_row = nullptr;     // [N, T] scratch row of each post-state, -1 padded
   int32_t* row_accept = nullptr;    // [N] two-phase: the row's accept length, which the commit reads
+  int32_t* replay_from = nullptr;   // [N] replay: the token cache row of the tokens to replay, else -1
+  int32_t* cache_to = nullptr;      // [N] replay: the token cache row this round's tokens go to, else -1
 };
+
+// Elements (io dtype) of one token cache row: one round's k, v, g and beta of T tokens,
+// T * (H * K + HV * V + HV * K + HV). Laid out as one input row is: k [T, H, K], v [T, HV, V],
+// g [T, HV, K], beta [T, HV].
+int64_t token_cache_row_elems(const RoundSpec& spec);
 
 // int32 elements the indices of `rows` rows of `tokens` tokens take.
 int64_t round_index_elems(int32_t rows, int32_t tokens);
 // The indices laid out in `storage` (round_index_elems(rows, tokens) int32, backend memory).
 RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens);
+
+// One layer's gate parameters (gate in kernel), as its LayerInputs name them.
+struct GateParams {
+  const float* A_log = nullptr;    // [HV]
+  const float* dt_bias = nullptr;  // [HV * K]
+};
 
 namespace ops {
 
@@ -133,10 +151,12 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
             int32_t rows);
 
 // SPEC §3 materialize: for each of the `count` slots listed in `slots` (backend memory) with
-// accept_len a >= 1, pool[slot] = scratch row slot*S + a - 1 in every layer, then accept_len[slot] = 0.
-// Entries outside [0, P) are skipped and recorded.
+// accept_len a >= 1, pool[slot] = the state after the accepted prefix, in every layer, then
+// accept_len[slot] = 0. Fused-accept copies scratch row slot*S + a - 1; replay applies the a cached
+// tokens to the pool, which needs each layer's gate parameters when the gate is in the kernel: `gates`
+// [L] (host array of backend pointers), else unused. Entries outside [0, P) are skipped and recorded.
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
-                 int32_t count);
+                 int32_t count, const GateParams* gates = nullptr);
 
 }  // namespace ops
 }  // namespace kdagraph

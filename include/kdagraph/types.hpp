@@ -22,7 +22,7 @@ const char* to_string(Backend b);
 bool cuda_available();
 
 // How the recurrent state advances from one round to the next (SPEC §3).
-enum class Mode : int32_t { two_phase = 0, fused_accept = 1 };
+enum class Mode : int32_t { two_phase = 0, fused_accept = 1, replay = 2 };
 const char* to_string(Mode m);
 
 // What a mode needs, decided in one place. A new mode is one more case in mode_policy; every switch
@@ -32,22 +32,26 @@ struct ModePolicy {
   bool seed_from_scratch = false;  // accept_len a >= 1 names the seed: scratch row slot*S + a - 1
   bool accept_sets_slot = false;   // accept writes accept_len[slot]; otherwise a per-row record
   bool commit = false;             // a commit copies the accepted post-state into the pool, every layer
+  bool token_cache = false;        // verify replays the cached accepted prefix onto the pool first
 };
 
 constexpr ModePolicy mode_policy(Mode m) {
   switch (m) {
-    case Mode::two_phase: return ModePolicy{true, false, false, true};
-    case Mode::fused_accept: return ModePolicy{true, true, true, false};
+    case Mode::two_phase: return ModePolicy{true, false, false, true, false};
+    case Mode::fused_accept: return ModePolicy{true, true, true, false, false};
+    case Mode::replay: return ModePolicy{false, false, true, false, true};
   }
   return ModePolicy{};  // not a Mode: needs nothing, and validation refuses it
 }
 
 // State-sized transfers per round, layer and value head (SPEC §7): what a benchmark divides by its time.
-// two-phase: 1 + T in verify and 2 in the commit; fused-accept: 1 + T.
+// two-phase: 1 + T in verify and 2 in the commit; fused-accept: 1 + T; replay: the pool read and the
+// write-back of the replayed state (1 when nothing was accepted, a = 0).
 constexpr int64_t state_transfers_per_round(Mode m, int32_t tokens) {
   switch (m) {
     case Mode::two_phase: return 1 + int64_t(tokens) + 2;
     case Mode::fused_accept: return 1 + int64_t(tokens);
+    case Mode::replay: return 2;
   }
   return 0;
 }

@@ -60,7 +60,8 @@ class Verifier {
   size_t slot_state_bytes() const;  // one slot, one layer: HV * V * K * state dtype size
   size_t row_stride_bytes() const;
   size_t pool_bytes() const;
-  size_t scratch_bytes() const;
+  size_t scratch_bytes() const;      // 0 in replay mode, which keeps no per-token states
+  size_t token_cache_bytes() const;  // replay mode: [L, 2 P] rows of one round's inputs; 0 otherwise
 
   // The same buffers as the operations see them (include/kdagraph/ops.hpp): a round of this Verifier
   // is exactly these calls on these views.
@@ -101,8 +102,9 @@ class Verifier {
   void enqueue_accept_from_host(const Stream& s, const int32_t* accepted, int32_t n);
   // Two-phase only: copies each row's accepted post-state into the pool, all layers in one launch.
   void enqueue_commit(const Stream& s, int32_t rows);
-  // SPEC §3 materialize: for each listed slot with accept_len a >= 1, pool[slot] = scratch row a - 1
-  // (every layer), then accept_len = 0. `slots` is host memory, validated (in range, no repeats).
+  // SPEC §3 materialize: for each listed slot with accept_len a >= 1, pool[slot] = its state after the
+  // accepted prefix (fused-accept: scratch row a - 1; replay: the a cached tokens applied), every layer,
+  // then accept_len = 0. `slots` is host memory, validated (in range, no repeats).
   void enqueue_materialize(const Stream& s, const int32_t* slots, int32_t count);
 
   // ---- device-side errors (SPEC §6) ----

@@ -60,8 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(accepted == valid);
 
   // The device-side builder never leaves a row's own scratch rows, whatever it is fed.
-  const size_t rows = static_cast<size_t>(N);
-  std::vector<int32_t> row_slot(rows), seed_pool(rows), seed_scratch(rows), seed_accept(rows), write_row(rows * T);
+  std::vector<int32_t> storage(size_t(round_index_elems(N, T)));  // exactly sized: ASan sees any overrun
+  const RoundIndices idx = round_indices(storage.data(), N, T);
   DeviceErrorWord errors;
   IndexBuildParams p;
   p.slots = slots.data();
@@ -72,8 +72,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.tokens = T;
   p.rows = N;
   p.errors = &errors;
-  p.out = RoundIndices{row_slot.data(), seed_pool.data(), seed_scratch.data(), seed_accept.data(), write_row.data()};
+  p.out = idx;
   build_indices_cpu(p);
+  const int32_t *row_slot = idx.row_slot, *seed_pool = idx.seed_pool, *seed_scratch = idx.seed_scratch;
+  const int32_t *seed_accept = idx.seed_accept, *write_row = idx.write_row;
   std::set<int32_t> used;
   for (int32_t n = 0; n < N; ++n) {
     const int32_t slot = row_slot[size_t(n)];

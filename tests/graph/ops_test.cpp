@@ -47,7 +47,9 @@ TEST(Ops, RoundIndicesTileTheirStorage) {
   auto mark = [&](const int32_t* p, size_t n) {
     for (size_t i = 0; i < n; ++i) ++owners[size_t(p - storage.data()) + i];
   };
-  for (const int32_t* p : {idx.row_slot, idx.seed_pool, idx.seed_scratch, idx.seed_accept, idx.row_accept}) mark(p, 5);
+  for (const int32_t* p : {idx.row_slot, idx.seed_pool, idx.seed_scratch, idx.seed_accept, idx.row_accept,
+                           idx.replay_from, idx.cache_to})
+    mark(p, 5);
   mark(idx.write_row, 15);
   EXPECT_EQ(owners, std::vector<int>(storage.size(), 1)) << "every element belongs to exactly one array";
 }
