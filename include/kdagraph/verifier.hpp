@@ -104,7 +104,9 @@ class Verifier {
   void enqueue_commit(const Stream& s, int32_t rows);
   // SPEC §3 materialize: for each listed slot with accept_len a >= 1, pool[slot] = its state after the
   // accepted prefix (fused-accept: scratch row a - 1; replay: the a cached tokens applied), every layer,
-  // then accept_len = 0. `slots` is host memory, validated (in range, no repeats).
+  // then accept_len = 0. `slots` is host memory, validated (in range, no repeats). With the gate in the
+  // kernel, replay uses the A_log and dt_bias each layer's last verify was given: the layer's weights,
+  // which must stay where they are.
   void enqueue_materialize(const Stream& s, const int32_t* slots, int32_t count);
 
   // ---- device-side errors (SPEC §6) ----

@@ -50,7 +50,8 @@ struct CallerStates {
   CallerStates(Backend b, CallerLayout layout, DType t, int32_t L, int64_t rows_, int64_t row_elems_)
       : backend(b), dtype(t), layers(L), rows(rows_), row_elems(row_elems_) {
     const int64_t es = int64_t(dtype_size(t));
-    row_stride = layout == CallerLayout::padded_rows ? aligned_row_elems(row_elems, t) + 32 / es : row_elems;
+    // Rows as close as views allow (16-byte multiples), or a gap of 32 bytes more.
+    row_stride = aligned_row_elems(row_elems, t) + (layout == CallerLayout::padded_rows ? 32 / es : 0);
     const size_t layer_bytes = size_t(rows * row_stride * es);
     if (layout == CallerLayout::layer_table) {
       std::vector<void*> bases;
@@ -102,8 +103,8 @@ struct CallerStorage {
   VerifierConfig config;
   RoundSpec spec;
   int32_t pool_rows;  // P, or P + 1 with SGLang's padding slot
-  CallerStates pool, scratch;
-  detail::Buffer accept_len, index_storage, batch, accepted, materialize_list;
+  CallerStates pool, scratch, token_cache;
+  detail::Buffer accept_len, cache_parity, index_storage, batch, accepted, materialize_list;
   SlotStorage storage;
   RoundIndices idx;
 
@@ -115,7 +116,9 @@ struct CallerStorage {
         pool(c.backend, l, c.pool.state_dtype, c.model.layers, pool_rows, row_elems(c)),
         scratch(c.backend, l, c.pool.state_dtype, c.model.layers, int64_t(pool_rows) * c.pool.scratch_steps,
                 row_elems(c)),
+        token_cache(c.backend, l, c.io_dtype, c.model.layers, 2 * int64_t(pool_rows), token_cache_row_elems(spec)),
         accept_len(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(size_t(pool_rows), 0))),
+        cache_parity(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(size_t(pool_rows), 0))),
         index_storage(c.backend, size_t(round_index_elems(c.max_rows, c.tokens)) * sizeof(int32_t)),
         batch(c.backend, (1 + size_t(c.max_rows)) * sizeof(int32_t)),
         accepted(c.backend, size_t(c.max_rows) * sizeof(int32_t)),
@@ -126,6 +129,10 @@ struct CallerStorage {
     storage.pool = pool.view;
     storage.scratch = scratch.view;
     storage.accept_len = accept_len.as<int32_t>();
+    if (mode_policy(c.mode).token_cache) {
+      storage.token_cache = token_cache.view;
+      storage.cache_parity = cache_parity.as<int32_t>();
+    }
     idx = round_indices(index_storage.as<int32_t>(), c.max_rows, c.tokens);
   }
 
@@ -292,7 +299,8 @@ inline void expect_ops_match_verifier(const VerifierConfig& c, CallerLayout layo
   for (int32_t s = 0; s < P; ++s) all.push_back(s);
   verifier.enqueue_materialize(stream, all.data(), P);
   caller.materialize_list.upload(all.data(), all.size() * sizeof(int32_t));
-  ops::materialize(stream, caller.spec, caller.storage, caller.materialize_list.as<int32_t>(), P);
+  const std::vector<GateParams> gates(size_t(L), GateParams{in.gate.as<float>(), in.gate.as<float>() + c.model.value_heads});
+  ops::materialize(stream, caller.spec, caller.storage, caller.materialize_list.as<int32_t>(), P, gates.data());
   std::vector<uint8_t> verifier_states(verifier.slot_state_bytes() * size_t(L));
   const std::vector<uint8_t> pool_after = caller.pool.bytes(), scratch_after = caller.scratch.bytes();
   for (int32_t slot = 0; slot < P; ++slot) {
@@ -316,7 +324,8 @@ inline void expect_ops_match_verifier(const VerifierConfig& c, CallerLayout layo
       }
   };
   untouched_outside_rows(caller.pool, pool_before, pool_after, P);
-  untouched_outside_rows(caller.scratch, scratch_before, scratch_after, int64_t(P) * c.pool.scratch_steps);
+  untouched_outside_rows(caller.scratch, scratch_before, scratch_after,
+                         mode_policy(c.mode).per_token_scratch ? int64_t(P) * c.pool.scratch_steps : 0);
 }
 
 }  // namespace kdagraph::test

@@ -15,10 +15,11 @@
 namespace kdagraph::test {
 
 struct StorageSnapshot {
-  std::vector<uint8_t> pool, scratch;
-  std::vector<int32_t> accept_len;
+  std::vector<uint8_t> pool, scratch, token_cache;
+  std::vector<int32_t> accept_len, cache_parity;
   bool operator==(const StorageSnapshot& o) const {
-    return pool == o.pool && scratch == o.scratch && accept_len == o.accept_len;
+    return pool == o.pool && scratch == o.scratch && token_cache == o.token_cache && accept_len == o.accept_len &&
+           cache_parity == o.cache_parity;
   }
 };
 
@@ -31,16 +32,19 @@ inline StorageSnapshot snapshot(const Verifier& v) {
   detail::copy_to_host(b, s.pool.data(), v.pool(), s.pool.size());
   detail::copy_to_host(b, s.scratch.data(), v.scratch(), s.scratch.size());
   detail::copy_to_host(b, s.accept_len.data(), v.accept_len(), s.accept_len.size() * sizeof(int32_t));
+  s.token_cache.resize(v.token_cache_bytes());
+  detail::copy_to_host(b, s.token_cache.data(), v.storage().token_cache.base, s.token_cache.size());
+  if (v.storage().cache_parity != nullptr) {
+    s.cache_parity.resize(s.accept_len.size());
+    detail::copy_to_host(b, s.cache_parity.data(), v.storage().cache_parity, s.cache_parity.size() * sizeof(int32_t));
+  }
   return s;
 }
 
-inline StateGeometry geometry(const VerifierConfig& c) {
-  return StateGeometry{c.model.layers, c.pool.slots, c.pool.scratch_steps,
-                       c.model.value_heads, c.model.head_v, c.model.head_k};
-}
+inline StateGeometry geometry(const VerifierConfig& c) { return make_geometry(c.model, c.pool); }
 
-// Expects every byte that belongs to slot `slot` (its pool states, scratch rows and accept_len) to be
-// the same in both snapshots.
+// Expects every byte that belongs to slot `slot` (its pool states, scratch rows or token cache rows, and
+// accept_len) to be the same in both snapshots.
 inline void expect_slot_unchanged(const VerifierConfig& c, const StorageSnapshot& a, const StorageSnapshot& b,
                                   int32_t slot) {
   const StateGeometry g = geometry(c);
@@ -48,11 +52,20 @@ inline void expect_slot_unchanged(const VerifierConfig& c, const StorageSnapshot
   for (int32_t l = 0; l < g.layers; ++l) {
     const size_t p = size_t(g.pool_offset(l, slot, 0)) * es;
     EXPECT_EQ(0, std::memcmp(a.pool.data() + p, b.pool.data() + p, bytes)) << "pool slot " << slot << " layer " << l;
-    for (int32_t t = 0; t < g.scratch_steps; ++t) {
+    for (int32_t t = 0; t < g.scratch_steps && !a.scratch.empty(); ++t) {
       const size_t r = size_t(g.scratch_offset(l, scratch_row(slot, t, g.scratch_steps), 0)) * es;
       EXPECT_EQ(0, std::memcmp(a.scratch.data() + r, b.scratch.data() + r, bytes))
           << "scratch slot " << slot << " step " << t << " layer " << l;
     }
+  }
+  if (!a.token_cache.empty()) {  // [L, 2P] rows: the slot's two
+    const size_t row = a.token_cache.size() / size_t(g.layers) / (2 * size_t(g.slots));
+    for (int32_t l = 0; l < g.layers; ++l) {
+      const size_t at = (size_t(l) * 2 * size_t(g.slots) + 2 * size_t(slot)) * row;
+      EXPECT_EQ(0, std::memcmp(a.token_cache.data() + at, b.token_cache.data() + at, 2 * row))
+          << "token cache slot " << slot << " layer " << l;
+    }
+    EXPECT_EQ(a.cache_parity[size_t(slot)], b.cache_parity[size_t(slot)]) << "cache parity slot " << slot;
   }
   EXPECT_EQ(a.accept_len[size_t(slot)], b.accept_len[size_t(slot)]) << "accept_len slot " << slot;
 }
@@ -78,7 +91,7 @@ inline void randomize_storage(Verifier& v, uint64_t seed) {
     detail::copy_to_backend(b, dst, host.data(), bytes);
   };
   fill(v.pool(), v.pool_bytes());
-  fill(v.scratch(), v.scratch_bytes());
+  if (v.scratch_bytes() > 0) fill(v.scratch(), v.scratch_bytes());
 }
 
 }  // namespace kdagraph::test

@@ -2,6 +2,7 @@
 // retirements and changing batches; materialize; slots outside a batch are untouched.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,25 +53,31 @@ TEST(Modes, TwoPhaseAndFusedAcceptAgreeBitwiseOverManyRounds) {
   EXPECT_EQ(snapshot(two.verifier()).pool, snapshot(fused.verifier()).pool);
 }
 
+const std::vector<Mode> kModes = {Mode::two_phase, Mode::fused_accept, Mode::replay};
+
 // One verifier per mode, driven by hand: the accept lengths come from the host here.
-struct Pair {
-  Verifier two, fused;
-  explicit Pair(const VerifierConfig& c) : two(with_mode(c, Mode::two_phase)), fused(with_mode(c, Mode::fused_accept)) {}
-  static VerifierConfig with_mode(VerifierConfig c, Mode m) {
-    c.mode = m;
-    return c;
+struct ModeSet {
+  std::vector<std::unique_ptr<Verifier>> v;
+  std::vector<float> gate;  // the layers' weights: they outlive the rounds (a replay materialize reads them)
+  explicit ModeSet(VerifierConfig c) : gate(gate_params(c)) {
+    for (Mode m : kModes) {
+      c.mode = m;
+      v.push_back(std::make_unique<Verifier>(c));
+    }
   }
+  Verifier& two() { return *v[0]; }
+  Verifier& fused() { return *v[1]; }
+  Verifier& replay() { return *v[2]; }
 };
 
-// Runs one round of the same inputs through both modes and expects equal outputs.
-void round_both(Pair& p, const std::vector<int32_t>& slots, const std::vector<int32_t>& accept, std::mt19937_64& rng) {
-  const VerifierConfig& c = p.two.config();
-  const auto gate = gate_params(c);
+// Runs one round of the same inputs through every mode and expects equal outputs, all written.
+void round_all(ModeSet& m, const std::vector<int32_t>& slots, const std::vector<int32_t>& accept, std::mt19937_64& rng) {
+  const VerifierConfig& c = m.two().config();
+  const auto& gate = m.gate;
   std::vector<HostInputs> in;
   for (int l = 0; l < c.model.layers; ++l) in.emplace_back(c, int32_t(slots.size()), rng);
-  std::vector<std::vector<float>> outs[2];
-  int i = 0;
-  for (Verifier* v : {&p.two, &p.fused}) {
+  std::vector<std::vector<std::vector<float>>> outs;
+  for (auto& v : m.v) {
     std::vector<LayerInputs> views;
     for (auto& x : in) {
       std::fill(x.o.begin(), x.o.end(), NAN);
@@ -79,13 +86,29 @@ void round_both(Pair& p, const std::vector<int32_t>& slots, const std::vector<in
     v->set_batch(kCpu, slots.data(), int32_t(slots.size()));
     v->enqueue_round(kCpu, views.data(), int32_t(slots.size()));
     v->enqueue_accept_from_host(kCpu, accept.data(), int32_t(accept.size()));
-    if (v->config().mode == Mode::two_phase) v->enqueue_commit(kCpu, int32_t(slots.size()));
-    for (auto& x : in) outs[i].push_back(x.o);
-    ++i;
+    if (mode_policy(v->config().mode).commit) v->enqueue_commit(kCpu, int32_t(slots.size()));
+    outs.emplace_back();
+    for (auto& x : in) outs.back().push_back(x.o);
   }
-  for (size_t l = 0; l < outs[0].size(); ++l) {
-    for (float x : outs[0][l]) ASSERT_FALSE(std::isnan(x)) << "an output was not written";
-    EXPECT_EQ(0, std::memcmp(outs[0][l].data(), outs[1][l].data(), outs[0][l].size() * 4)) << "layer " << l;
+  for (size_t i = 1; i < outs.size(); ++i)
+    for (size_t l = 0; l < outs[0].size(); ++l) {
+      for (float x : outs[i][l]) ASSERT_FALSE(std::isnan(x)) << to_string(kModes[i]) << ": an output was not written";
+      EXPECT_EQ(0, std::memcmp(outs[0][l].data(), outs[i][l].data(), outs[0][l].size() * 4))
+          << to_string(kModes[i]) << " differs from two-phase, layer " << l;
+    }
+}
+
+// Every mode's pool states of `slots` after materializing them, equal bitwise.
+void expect_same_materialized_pools(ModeSet& m, const std::vector<int32_t>& slots) {
+  for (auto& v : m.v) v->enqueue_materialize(kCpu, slots.data(), int32_t(slots.size()));
+  const VerifierConfig& c = m.two().config();
+  std::vector<uint8_t> want(m.two().slot_state_bytes() * size_t(c.model.layers)), got(want.size());
+  for (int32_t slot : slots) {
+    m.two().read_pool(kCpu, slot, want.data());
+    for (size_t i = 1; i < m.v.size(); ++i) {
+      m.v[i]->read_pool(kCpu, slot, got.data());
+      EXPECT_EQ(want, got) << to_string(kModes[i]) << ", slot " << slot;
+    }
   }
 }
 
@@ -93,30 +116,29 @@ TEST(Modes, FusedRoundThatOverwritesItsSeedRowIsRight) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  Pair p(small_verifier(Backend::cpu, Mode::fused_accept));
-  randomize_storage(p.two, seed);
-  randomize_storage(p.fused, seed);
+  ModeSet m(small_verifier(Backend::cpu, Mode::fused_accept));
+  for (auto& v : m.v) randomize_storage(*v, seed);
   const std::vector<int32_t> slots = {3, 0, 11};
   // Round 1 accepts one token: round 2 seeds from scratch row slot*S + 0, which it overwrites.
-  round_both(p, slots, {1, 1, 1}, rng);
+  round_all(m, slots, {1, 1, 1}, rng);
   std::vector<int32_t> accept_len(12);
-  detail::copy_to_host(Backend::cpu, accept_len.data(), p.fused.accept_len(), 48);
+  detail::copy_to_host(Backend::cpu, accept_len.data(), m.fused().accept_len(), 48);
   EXPECT_EQ(accept_len[3], 1);
-  round_both(p, slots, {1, 4, 2}, rng);
-  round_both(p, slots, {3, 1, 4}, rng);
-  p.fused.enqueue_materialize(kCpu, slots.data(), int32_t(slots.size()));
-  EXPECT_EQ(snapshot(p.two).pool, snapshot(p.fused).pool);
+  round_all(m, slots, {1, 4, 2}, rng);
+  round_all(m, slots, {3, 1, 4}, rng);
+  expect_same_materialized_pools(m, slots);
 }
 
 TEST(Modes, SlotsOutsideTheBatchAreUntouched) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  for (Mode mode : {Mode::two_phase, Mode::fused_accept}) {
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(to_string(mode));
     Verifier v(small_verifier(Backend::cpu, mode));
     randomize_storage(v, seed);
     std::vector<int32_t> accept_len = {0, 2, 4, 1, 0, 3, 0, 0, 1, 2, 0, 4};
-    if (mode == Mode::fused_accept)
+    if (mode != Mode::two_phase)
       detail::copy_to_backend(Backend::cpu, v.accept_len(), accept_len.data(), accept_len.size() * 4);
     const auto gate = gate_params(v.config());
     for (int round = 0; round < 4; ++round) {
@@ -134,7 +156,7 @@ TEST(Modes, SlotsOutsideTheBatchAreUntouched) {
       std::vector<int32_t> accepted(5);
       for (auto& a : accepted) a = std::uniform_int_distribution<int32_t>(1, 4)(rng);
       v.enqueue_accept_from_host(kCpu, accepted.data(), 5);
-      if (mode == Mode::two_phase) v.enqueue_commit(kCpu, 8);
+      if (mode_policy(mode).commit) v.enqueue_commit(kCpu, 8);
       const StorageSnapshot after = snapshot(v);
       for (int32_t s = 0; s < 12; ++s)
         if (std::find(batch.begin(), batch.end(), s) == batch.end()) expect_slot_unchanged(v.config(), before, after, s);
@@ -207,6 +229,96 @@ TEST(Modes, PrefillWritesOnlyItsSlot) {
     for (int32_t s = 0; s < 12; ++s)
       if (s != 5 && s != 9) expect_slot_unchanged(v.config(), before, after, s);
   }
+}
+
+// SPEC §3, issue 15: replay, fused-accept and two-phase agree bitwise, in every round's outputs and in
+// every retired request's materialized state, over 200 rounds with joins, retirements, random
+// acceptance and batches crossing buckets; replay and fused-accept replayed from graphs.
+TEST(Modes, ReplayFusedAndTwoPhaseAgreeBitwiseOver200Rounds) {
+  for (DType state : {DType::f32, DType::bf16}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string("state ") + to_string(state) + " seed=" + std::to_string(seed));
+    HostEngineConfig base = small_engine(Backend::cpu, Mode::two_phase, Exec::eager, seed);
+    base.verifier.pool.state_dtype = state;
+    base.verifier.model.layers = 2;
+    std::vector<std::unique_ptr<HostEngine>> engines;
+    for (Mode mode : kModes) {
+      HostEngineConfig c = base;
+      c.verifier.mode = mode;
+      c.runner.exec = mode == Mode::two_phase ? Exec::eager : Exec::graph;
+      engines.push_back(std::make_unique<HostEngine>(c));
+    }
+    for (auto& e : engines) e->start(kCpu);
+    for (int r = 0; r < 200; ++r)
+      for (auto& e : engines) e->run_round(kCpu);
+    for (auto& e : engines) e->finish(kCpu);
+    EXPECT_GT(engines[0]->retired().size(), 20u) << "the run should retire requests along the way";
+    for (size_t i = 1; i < engines.size(); ++i) {
+      SCOPED_TRACE(to_string(kModes[i]));
+      expect_same_history(*engines[0], *engines[i]);
+      EXPECT_EQ(engines[i]->verifier().device_errors().count, 0u);
+    }
+  }
+}
+
+// Prefixes of a = 0 (a fresh request), 1 and T, in one batch and across rounds; then plain decode.
+TEST(Modes, ReplayPrefixesOfZeroOneAndTAndPlainDecode) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int32_t tokens : {4, 1}) {
+    SCOPED_TRACE("T=" + std::to_string(tokens));
+    ModeSet m(small_verifier(Backend::cpu, Mode::replay, 3, tokens));
+    for (auto& v : m.v) randomize_storage(*v, seed);
+    const int32_t T = tokens;
+    round_all(m, {3, 0, 11}, {1, T, 1}, rng);          // every slot fresh: a = 0
+    round_all(m, {3, 0, 11, 5}, {T, 1, T, 1}, rng);    // a = 1, T, 1 and a fresh slot 5
+    round_all(m, {11, 5, 3}, {1, T, T}, rng);          // a = T, 1, T
+    std::vector<int32_t> accept_len(12);
+    detail::copy_to_host(Backend::cpu, accept_len.data(), m.replay().accept_len(), 48);
+    EXPECT_EQ(accept_len, (std::vector<int32_t>{1, 0, 0, T, 0, T, 0, 0, 0, 0, 0, 1}));
+    round_all(m, {0, 3}, {T, 1}, rng);  // slot 0 replays a prefix that waited a round
+    expect_same_materialized_pools(m, {0, 3, 5, 11});
+  }
+}
+
+// Replay keeps no per-token states; its token cache is the size SPEC §3 gives, and its bytes moved per
+// round are 2 state transfers.
+TEST(Modes, ReplayKeepsNoScratchAndItsTokenCacheIsTheSpecSize) {
+  const VerifierConfig c = small_verifier(Backend::cpu, Mode::replay);
+  Verifier v(c);
+  EXPECT_EQ(v.scratch_bytes(), 0u);
+  EXPECT_EQ(v.scratch(), nullptr);
+  const size_t T = size_t(c.tokens), H = size_t(c.model.heads), HV = size_t(c.model.value_heads);
+  const size_t K = size_t(c.model.head_k), V = size_t(c.model.head_v);
+  const size_t per_slot_and_layer = 2 * T * (H * K + HV * V + HV * K + HV) * dtype_size(c.io_dtype);
+  EXPECT_EQ(v.token_cache_bytes(), per_slot_and_layer * size_t(c.pool.slots) * size_t(c.model.layers));
+  EXPECT_EQ(state_transfers_per_round(Mode::replay, c.tokens), 2);
+  EXPECT_EQ(state_transfers_per_round(Mode::fused_accept, c.tokens), 1 + c.tokens);
+  VerifierConfig fused = c;
+  fused.mode = Mode::fused_accept;
+  EXPECT_EQ(Verifier(fused).token_cache_bytes(), 0u);
+}
+
+// Materializing mid-stream (a prefix-cache snapshot, say) changes nothing that follows, in any mode; in
+// replay it applies the pending prefix once: twice equals once, and a slot with a = 0 is left alone.
+TEST(Modes, MaterializeMidStreamChangesNothingThatFollows) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  ModeSet m(small_verifier(Backend::cpu, Mode::replay));
+  for (auto& v : m.v) randomize_storage(*v, seed);
+  const std::vector<int32_t> slots = {4, 9, 1};
+  round_all(m, slots, {2, 4, 1}, rng);
+  round_all(m, slots, {3, 1, 4}, rng);
+  expect_same_materialized_pools(m, {9, 1});
+  const StorageSnapshot once = snapshot(m.replay());
+  const std::vector<int32_t> again = {9, 1, 6};  // slot 6 never ran: a = 0
+  m.replay().enqueue_materialize(kCpu, again.data(), 3);
+  EXPECT_TRUE(snapshot(m.replay()) == once);
+  round_all(m, slots, {4, 2, 2}, rng);
+  round_all(m, slots, {1, 1, 3}, rng);
+  expect_same_materialized_pools(m, slots);
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ class OpsLayoutsCuda : public ::testing::TestWithParam<CallerLayout> {};
 TEST_P(OpsLayoutsCuda, MatchTheVerifierBitwise) {
   KDA_SKIP_WITHOUT_GPU();
   const auto stream = detail::StreamHandle::create(Backend::cuda);
-  for (Mode mode : {Mode::fused_accept, Mode::two_phase})
+  for (Mode mode : {Mode::fused_accept, Mode::two_phase, Mode::replay})
     for (DType state : {DType::f32, DType::bf16})
       expect_ops_match_verifier(cuda_ops_config(mode, state), GetParam(), stream.get(), fresh_seed(), 12);
 }

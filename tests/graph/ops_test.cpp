@@ -28,7 +28,7 @@ VerifierConfig ops_config(Mode mode, DType state) {
 class OpsLayouts : public ::testing::TestWithParam<CallerLayout> {};
 
 TEST_P(OpsLayouts, MatchTheVerifierBitwise) {
-  for (Mode mode : {Mode::fused_accept, Mode::two_phase})
+  for (Mode mode : {Mode::fused_accept, Mode::two_phase, Mode::replay})
     for (DType state : {DType::f32, DType::bf16})
       expect_ops_match_verifier(ops_config(mode, state), GetParam(), kCpu, fresh_seed(), 12);
 }
@@ -91,9 +91,11 @@ std::vector<BadCall> bad_calls(CallerStorage& c) {
   };
 }
 
-TEST(Ops, BadViewsAreRefusedNamingTheArgumentAndChangeNothing) {
+// Calls every operation with each bad variant of its arguments on caller storage of `mode`, expecting
+// InvalidArgument naming the argument and every buffer unchanged; returns how many calls were refused.
+int expect_refused_and_unchanged(Mode mode, const std::function<std::vector<BadCall>(CallerStorage&)>& bad_calls_of) {
   std::mt19937_64 rng(fresh_seed());
-  const VerifierConfig cfg = ops_config(Mode::fused_accept, DType::f32);
+  const VerifierConfig cfg = ops_config(mode, DType::f32);
   CallerStorage c(cfg, CallerLayout::compact);
   BackendInputs in(cfg);
   in.randomize(rng);
@@ -103,6 +105,8 @@ TEST(Ops, BadViewsAreRefusedNamingTheArgumentAndChangeNothing) {
   const std::vector<int32_t> accepted = {2, 3, 0, 0};
   c.accepted.upload(accepted.data(), accepted.size() * sizeof(int32_t));
   const int32_t rows = cfg.max_rows;
+  const std::vector<GateParams> gates(size_t(cfg.model.layers),
+                                      GateParams{in.gate.as<float>(), in.gate.as<float>() + cfg.model.value_heads});
 
   // Every operation, with possibly spoiled arguments.
   using Op = std::function<void(const RoundSpec&, const SlotStorage&, const RoundIndices&, const LayerInputs&)>;
@@ -110,17 +114,18 @@ TEST(Ops, BadViewsAreRefusedNamingTheArgumentAndChangeNothing) {
       {"build_indices", [&](auto& sp, auto& st, auto& idx, auto&) { ops::build_indices(kCpu, sp, st, c.batch_view(rows), idx); }},
       {"verify_layer", [&](auto& sp, auto& st, auto& idx, auto& li) { ops::verify_layer(kCpu, sp, st, idx, rows, 1, li); }},
       {"accept", [&](auto& sp, auto& st, auto& idx, auto&) { ops::accept(kCpu, sp, st, idx, rows, c.accepted.as<int32_t>()); }},
-      {"materialize", [&](auto& sp, auto& st, auto&, auto&) { ops::materialize(kCpu, sp, st, c.batch.as<int32_t>() + 1, 2); }},
+      {"materialize", [&](auto& sp, auto& st, auto&, auto&) { ops::materialize(kCpu, sp, st, c.batch.as<int32_t>() + 1, 2, gates.data()); }},
   };
   auto snapshot = [&] {
-    std::vector<std::vector<uint8_t>> all = {c.pool.bytes(), c.scratch.bytes(), c.accept_len.download<uint8_t>(),
+    std::vector<std::vector<uint8_t>> all = {c.pool.bytes(), c.scratch.bytes(), c.token_cache.bytes(),
+                                             c.accept_len.download<uint8_t>(), c.cache_parity.download<uint8_t>(),
                                              c.index_storage.download<uint8_t>()};
     for (const auto& o : in.o[1]) all.push_back(o.download<uint8_t>());
     return all;
   };
   const auto before = snapshot();
   int refused = 0;
-  for (const BadCall& bad : bad_calls(c)) {
+  for (const BadCall& bad : bad_calls_of(c)) {
     for (const auto& [name, op] : operations) {
       RoundSpec spec = c.spec;
       SlotStorage storage = c.storage;
@@ -132,7 +137,7 @@ TEST(Ops, BadViewsAreRefusedNamingTheArgumentAndChangeNothing) {
       if ((inputs_spoiled && std::string(name) != "verify_layer") ||
           (!uses_indices && (bad.argument.rfind("idx.", 0) == 0 || bad.argument == "rows")))
         continue;  // an argument this operation does not take
-      SCOPED_TRACE(std::string(name) + " with a bad " + bad.argument);
+      SCOPED_TRACE(std::string(to_string(mode)) + ": " + name + " with a bad " + bad.argument);
       try {
         op(spec, storage, idx, layer);
         ADD_FAILURE() << "was accepted";
@@ -141,10 +146,49 @@ TEST(Ops, BadViewsAreRefusedNamingTheArgumentAndChangeNothing) {
         EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << "names the operation: " << e.what();
         ++refused;
       }
-      ASSERT_EQ(snapshot(), before) << "a refused call changed a buffer";
+      EXPECT_EQ(snapshot(), before) << "a refused call changed a buffer";
     }
   }
-  EXPECT_GT(refused, 60);
+  return refused;
+}
+
+TEST(Ops, BadViewsAreRefusedNamingTheArgumentAndChangeNothing) {
+  EXPECT_GT(expect_refused_and_unchanged(Mode::fused_accept, bad_calls), 60);
+}
+
+// Replay's own storage: the token cache view and the cache parity, and the indices only it reads.
+std::vector<BadCall> bad_replay_calls(CallerStorage&) {
+  return {
+      {"storage.token_cache.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.dtype = DType::bf16; }},
+      {"storage.token_cache.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.rows = 2 * int64_t(s.slots) - 1; }},
+      {"storage.token_cache.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.row_stride -= 4; }},
+      {"storage.token_cache.layers", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.layers = 3; }},
+      {"storage.token_cache", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.base = nullptr; }},
+      {"storage.cache_parity", [](auto&, SlotStorage& s, auto&, auto&) { s.cache_parity = nullptr; }},
+      {"idx.replay_from", [](auto&, auto&, RoundIndices& i, auto&) { i.replay_from = nullptr; }},
+      {"idx.cache_to", [](auto&, auto&, RoundIndices& i, auto&) { i.cache_to = nullptr; }},
+      {"storage.pool.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.row_stride += 2; }},
+  };
+}
+
+TEST(Ops, BadReplayViewsAreRefusedNamingTheArgumentAndChangeNothing) {
+  EXPECT_GT(expect_refused_and_unchanged(Mode::replay, bad_replay_calls), 25);
+}
+
+TEST(Ops, AReplayMaterializeWithTheGateInTheKernelNeedsEachLayersGate) {
+  const VerifierConfig cfg = ops_config(Mode::replay, DType::f32);
+  CallerStorage c(cfg, CallerLayout::compact);
+  const std::vector<int32_t> slots = {1};
+  c.materialize_list.upload(slots.data(), sizeof(int32_t));
+  std::vector<GateParams> gates(size_t(cfg.model.layers));
+  for (const GateParams* g : {static_cast<const GateParams*>(nullptr), static_cast<const GateParams*>(gates.data())}) {
+    try {
+      ops::materialize(kCpu, c.spec, c.storage, c.materialize_list.as<int32_t>(), 1, g);
+      ADD_FAILURE() << "accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), g == nullptr ? "gates" : "gates[0].A_log") << e.what();
+    }
+  }
 }
 
 TEST(Ops, CommitIsTwoPhaseOnly) {

@@ -31,12 +31,14 @@ struct Round {
   }
 };
 
-// Another kernel wrote accept_len[slot] = 99 (> S): the index build clamps it to S, seeds from the
-// slot's last scratch row, and records what it met; the host reads it without a sync.
+// Another kernel wrote accept_len[slot] = 99: the index build clamps it to S (fused-accept: seeding from
+// the slot's last scratch row) or to T (replay: the tokens a cache row holds), and records what it met;
+// the host reads it without a sync.
 TEST(DeviceErrors, CorruptAcceptLengthIsClampedAndRecorded) {
+  for (Mode mode : {Mode::fused_accept, Mode::replay}) {
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed=" + std::to_string(seed));
-  const VerifierConfig c = small_verifier(Backend::cpu, Mode::fused_accept);
+  SCOPED_TRACE(std::string(to_string(mode)) + " seed=" + std::to_string(seed));
+  const VerifierConfig c = small_verifier(Backend::cpu, mode);
   Verifier corrupt(c), clean(c);
   randomize_storage(corrupt, seed);
   randomize_storage(clean, seed);
@@ -44,7 +46,7 @@ TEST(DeviceErrors, CorruptAcceptLengthIsClampedAndRecorded) {
   accept_len[7] = 2;
   accept_len[3] = 99;
   detail::copy_to_backend(Backend::cpu, corrupt.accept_len(), accept_len.data(), 48);
-  accept_len[3] = c.pool.scratch_steps;  // what the clamp should produce
+  accept_len[3] = mode == Mode::replay ? c.tokens : c.pool.scratch_steps;  // what the clamp should produce
   detail::copy_to_backend(Backend::cpu, clean.accept_len(), accept_len.data(), 48);
   const std::vector<int32_t> slots = {7, 3};
   Round a(c, 2, seed), b(c, 2, seed);
@@ -62,11 +64,14 @@ TEST(DeviceErrors, CorruptAcceptLengthIsClampedAndRecorded) {
   corrupt.clear_device_errors();
   EXPECT_EQ(corrupt.device_errors().count, 0u);
   EXPECT_EQ(corrupt.device_errors().code, 0u);
+  }
 }
 
 // The engine's sampler wrote accept lengths outside [1, T]: the accept step clamps and records them.
 TEST(DeviceErrors, SamplerAcceptLengthOutOfRangeIsClamped) {
-  const VerifierConfig c = small_verifier(Backend::cpu, Mode::fused_accept);
+  for (Mode mode : {Mode::fused_accept, Mode::replay}) {
+  SCOPED_TRACE(to_string(mode));
+  const VerifierConfig c = small_verifier(Backend::cpu, mode);
   Verifier v(c);
   const std::vector<int32_t> slots = {5, 9, 1};
   Round r(c, 3, fresh_seed());
@@ -84,13 +89,15 @@ TEST(DeviceErrors, SamplerAcceptLengthOutOfRangeIsClamped) {
   EXPECT_EQ(e.row, 0);
   EXPECT_EQ(e.value, 0);
   EXPECT_EQ(e.count, 2u);
+  }
 }
 
 // NaN and Inf in one request's inputs may spoil that request, never another's outputs or state.
 TEST(Isolation, NanAndInfStayInTheirRequest) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  for (Mode mode : {Mode::two_phase, Mode::fused_accept}) {
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
+    SCOPED_TRACE(to_string(mode));
     const VerifierConfig c = small_verifier(Backend::cpu, mode);
     Verifier clean(c), dirty(c);
     randomize_storage(clean, seed);
@@ -113,7 +120,7 @@ TEST(Isolation, NanAndInfStayInTheirRequest) {
         v->set_batch(kCpu, slots.data(), 4);
         v->enqueue_round(kCpu, r->views.data(), 4);
         v->enqueue_accept_from_host(kCpu, accepted.data(), 4);
-        if (mode == Mode::two_phase) v->enqueue_commit(kCpu, 4);
+        if (mode_policy(mode).commit) v->enqueue_commit(kCpu, 4);
       }
       for (size_t l = 0; l < a.layers.size(); ++l) {
         const size_t row = a.layers[l].o.size() / 4;
@@ -129,37 +136,41 @@ TEST(Isolation, NanAndInfStayInTheirRequest) {
   }
 }
 
-// 10,000 rounds of a fused-accept graph engine with joins, retirements, random accept lengths and batch
-// sizes crossing buckets; every request's materialized state must equal a fresh two-phase eager replay
-// of the same history, bitwise.
-TEST(Soak, TenThousandRoundsMatchATwoPhaseReplay) {
+// 10,000 rounds of a fused-accept and a replay graph engine with joins, retirements, random accept
+// lengths and batch sizes crossing buckets; every request's materialized state must equal a fresh
+// two-phase eager run of the same history, bitwise.
+TEST(Soak, TenThousandRoundsMatchATwoPhaseReference) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  HostEngineConfig fused_cfg = small_engine(Backend::cpu, Mode::fused_accept, Exec::graph, seed);
-  fused_cfg.verifier.model.layers = 2;
-  fused_cfg.verifier.model.head_k = fused_cfg.verifier.model.head_v = 16;
-  fused_cfg.batch = 8;
-  fused_cfg.keep_outputs = false;
-  fused_cfg.retire_rate = 0.02;
-  HostEngineConfig replay_cfg = fused_cfg;
-  replay_cfg.verifier.mode = Mode::two_phase;
-  replay_cfg.runner.exec = Exec::eager;
-  HostEngine fused(fused_cfg), replay(replay_cfg);
-  fused.start(kCpu);
-  replay.start(kCpu);
-  for (int r = 0; r < 10000; ++r) fused.run_round(kCpu);
-  for (int r = 0; r < 10000; ++r) replay.run_round(kCpu);
-  fused.finish(kCpu);
-  replay.finish(kCpu);
-  EXPECT_EQ(fused.verifier().device_errors().count, 0u);
-  ASSERT_EQ(fused.retired().size(), replay.retired().size());
-  EXPECT_GT(fused.retired().size(), 1000u);
-  for (size_t i = 0; i < fused.retired().size(); ++i) {
-    ASSERT_EQ(fused.retired()[i].request, replay.retired()[i].request);
-    ASSERT_EQ(fused.retired()[i].rounds, replay.retired()[i].rounds);
-    ASSERT_EQ(fused.retired()[i].state, replay.retired()[i].state) << "request " << fused.retired()[i].request;
+  HostEngineConfig ref_cfg = small_engine(Backend::cpu, Mode::two_phase, Exec::eager, seed);
+  ref_cfg.verifier.model.layers = 2;
+  ref_cfg.verifier.model.head_k = ref_cfg.verifier.model.head_v = 16;
+  ref_cfg.batch = 8;
+  ref_cfg.keep_outputs = false;
+  ref_cfg.retire_rate = 0.02;
+  HostEngine ref(ref_cfg);
+  ref.start(kCpu);
+  for (int r = 0; r < 10000; ++r) ref.run_round(kCpu);
+  ref.finish(kCpu);
+  EXPECT_GT(ref.retired().size(), 1000u);
+  for (Mode mode : {Mode::fused_accept, Mode::replay}) {
+    SCOPED_TRACE(to_string(mode));
+    HostEngineConfig cfg = ref_cfg;
+    cfg.verifier.mode = mode;
+    cfg.runner.exec = Exec::graph;
+    HostEngine run(cfg);
+    run.start(kCpu);
+    for (int r = 0; r < 10000; ++r) run.run_round(kCpu);
+    run.finish(kCpu);
+    EXPECT_EQ(run.verifier().device_errors().count, 0u);
+    ASSERT_EQ(run.retired().size(), ref.retired().size());
+    for (size_t i = 0; i < run.retired().size(); ++i) {
+      ASSERT_EQ(run.retired()[i].request, ref.retired()[i].request);
+      ASSERT_EQ(run.retired()[i].rounds, ref.retired()[i].rounds);
+      ASSERT_EQ(run.retired()[i].state, ref.retired()[i].state) << "request " << run.retired()[i].request;
+    }
+    EXPECT_EQ(run.tokens_accepted(), ref.tokens_accepted());
   }
-  EXPECT_EQ(fused.tokens_accepted(), replay.tokens_accepted());
 }
 
 }  // namespace

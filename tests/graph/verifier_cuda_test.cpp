@@ -117,7 +117,7 @@ void PrintTo(const Shape& s, std::ostream* os) {
 
 class VerifierCuda : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
+TEST_P(VerifierCuda, TheModesAgreeBitwiseAndMatchCpu) {
   KDA_SKIP_WITHOUT_GPU();
   const Shape shape = GetParam();
   const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -135,12 +135,13 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
   cfg.options.l2norm_qk = true;
   cfg.options.gate = GateMode::softplus;
   cfg.options.beta_is_logit = true;
-  VerifierConfig two_phase_cfg = cfg, fused_cfg = cfg, cpu_cfg = cfg;
+  VerifierConfig two_phase_cfg = cfg, fused_cfg = cfg, replay_cfg = cfg, cpu_cfg = cfg;
   two_phase_cfg.mode = Mode::two_phase;
   fused_cfg.mode = Mode::fused_accept;
+  replay_cfg.mode = Mode::replay;
   cpu_cfg.mode = Mode::fused_accept;
   cpu_cfg.backend = Backend::cpu;
-  Verifier two_phase(two_phase_cfg), fused(fused_cfg), cpu(cpu_cfg);
+  Verifier two_phase(two_phase_cfg), fused(fused_cfg), replay(replay_cfg), cpu(cpu_cfg);
   const detail::StreamHandle stream = test_stream();
   const Stream cuda{Backend::cuda, stream.cuda()}, host{Backend::cpu, nullptr};
 
@@ -150,19 +151,23 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
                             rng, -1.0f, 1.0f);
     two_phase.prefill(cuda, slot, states.bytes.data());
     fused.prefill(cuda, slot, states.bytes.data());
+    replay.prefill(cuda, slot, states.bytes.data());
     cpu.prefill(host, slot, states.bytes.data());
   }
 
   const size_t out_bytes = size_t(N) * T * cfg.model.value_heads * cfg.model.head_v * dtype_size(shape.io);
-  std::vector<std::unique_ptr<DeviceBuffer>> two_phase_out, fused_out;
+  std::vector<std::unique_ptr<DeviceBuffer>> two_phase_out, fused_out, replay_out;
   std::vector<std::vector<uint8_t>> cpu_out(static_cast<size_t>(L), std::vector<uint8_t>(out_bytes));
   for (int32_t l = 0; l < L; ++l) {
     two_phase_out.push_back(std::make_unique<DeviceBuffer>(out_bytes));
     fused_out.push_back(std::make_unique<DeviceBuffer>(out_bytes));
+    replay_out.push_back(std::make_unique<DeviceBuffer>(out_bytes));
   }
 
   std::vector<int32_t> all_slots(static_cast<size_t>(P));
   for (int32_t s = 0; s < P; ++s) all_slots[size_t(s)] = s;
+  // The last round's inputs outlive it: a replay materialize reads the layers' gate parameters.
+  std::vector<LayerData> data;
   for (int round = 0; round < 60; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     const int32_t n = 1 + int32_t(rng() % uint64_t(N));
@@ -171,21 +176,25 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
     std::shuffle(slots.begin(), slots.end(), rng);
     slots.resize(size_t(n));
 
-    std::vector<LayerData> data;
-    std::vector<LayerInputs> two_phase_in, fused_in, cpu_in;
+    data.clear();
+    std::vector<LayerInputs> two_phase_in, fused_in, replay_in, cpu_in;
     for (int32_t l = 0; l < L; ++l) data.emplace_back(cfg, rng);
     for (int32_t l = 0; l < L; ++l) {
       two_phase_out[size_t(l)]->fill(0xff);
       fused_out[size_t(l)]->fill(0xff);
+      replay_out[size_t(l)]->fill(0xff);
       two_phase_in.push_back(data[size_t(l)].device(two_phase_out[size_t(l)]->as()));
       fused_in.push_back(data[size_t(l)].device(fused_out[size_t(l)]->as()));
+      replay_in.push_back(data[size_t(l)].device(replay_out[size_t(l)]->as()));
       cpu_in.push_back(data[size_t(l)].host(cpu_out[size_t(l)].data()));
     }
     two_phase.set_batch(cuda, slots.data(), n);
     fused.set_batch(cuda, slots.data(), n);
+    replay.set_batch(cuda, slots.data(), n);
     cpu.set_batch(host, slots.data(), n);
     two_phase.enqueue_round(cuda, two_phase_in.data(), rows);
     fused.enqueue_round(cuda, fused_in.data(), rows);
+    replay.enqueue_round(cuda, replay_in.data(), rows);
     cpu.enqueue_round(host, cpu_in.data(), rows);
     stream.synchronize();
 
@@ -193,10 +202,13 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
     for (int32_t l = 0; l < L; ++l) {
       std::vector<uint8_t> a = two_phase_out[size_t(l)]->download<uint8_t>();
       std::vector<uint8_t> b = fused_out[size_t(l)]->download<uint8_t>();
+      std::vector<uint8_t> r = replay_out[size_t(l)]->download<uint8_t>();
       a.resize(size_t(rows) * out_bytes / size_t(N));
       b.resize(a.size());
+      r.resize(a.size());
       ASSERT_EQ(first_difference(a, b), -1)
           << "layer " << l << ": two-phase and fused-accept outputs differ at this byte";
+      ASSERT_EQ(first_difference(a, r), -1) << "layer " << l << ": two-phase and replay outputs differ at this byte";
       ASSERT_TRUE(std::all_of(b.begin() + ptrdiff_t(real_bytes), b.end(), [](uint8_t x) { return x == 0; }))
           << "layer " << l << ": padded rows must output zeros";
       b.resize(real_bytes);
@@ -211,28 +223,35 @@ TEST_P(VerifierCuda, TwoPhaseAndFusedAcceptAgreeBitwiseAndMatchCpu) {
     two_phase.enqueue_accept_from_host(cuda, accepted.data(), n);
     two_phase.enqueue_commit(cuda, rows);
     fused.enqueue_accept_from_host(cuda, accepted.data(), n);
+    replay.enqueue_accept_from_host(cuda, accepted.data(), n);
     cpu.enqueue_accept_from_host(host, accepted.data(), n);
     if (round % 7 == 6) {  // materialize mid-run, as a prefix-cache snapshot would
       std::vector<int32_t> some = all_slots;
       std::shuffle(some.begin(), some.end(), rng);
       some.resize(size_t(1 + rng() % uint64_t(P)));
       fused.enqueue_materialize(cuda, some.data(), int32_t(some.size()));
+      replay.enqueue_materialize(cuda, some.data(), int32_t(some.size()));
       cpu.enqueue_materialize(host, some.data(), int32_t(some.size()));
     }
   }
 
   fused.enqueue_materialize(cuda, all_slots.data(), P);
+  replay.enqueue_materialize(cuda, all_slots.data(), P);
   cpu.enqueue_materialize(host, all_slots.data(), P);
   stream.synchronize();
   EXPECT_EQ(two_phase.device_errors().count, 0u);
   EXPECT_EQ(fused.device_errors().count, 0u);
-  std::vector<uint8_t> a(size_t(L) * two_phase.slot_state_bytes()), b(a.size()), c(a.size());
+  EXPECT_EQ(replay.device_errors().count, 0u);
+  EXPECT_EQ(replay.scratch_bytes(), 0u);
+  std::vector<uint8_t> a(size_t(L) * two_phase.slot_state_bytes()), b(a.size()), c(a.size()), r(a.size());
   for (int32_t slot = 0; slot < P; ++slot) {
     two_phase.read_pool(cuda, slot, a.data());
     fused.read_pool(cuda, slot, b.data());
+    replay.read_pool(cuda, slot, r.data());
     cpu.read_pool(host, slot, c.data());
     EXPECT_EQ(first_difference(a, b), -1)
         << "slot " << slot << ": pools differ after materialize at this byte";
+    EXPECT_EQ(first_difference(a, r), -1) << "slot " << slot << ": replay's pool differs after materialize at this byte";
     EXPECT_LE(rel_error(decode(shape.state, b), decode(shape.state, c)), shape.tol)
         << "slot " << slot << ": CUDA vs CPU pool";
   }
