@@ -17,7 +17,7 @@ import math
 import os
 import sys
 
-MODE_COLORS = {"two-phase": "tab:red", "fused-accept": "tab:blue"}
+MODE_COLORS = {"two-phase": "tab:red", "fused-accept": "tab:blue", "replay": "tab:green"}
 EXEC_STYLES = {"eager": "--", "graph": "-"}
 SAMPLER_MARKERS = {"in": "o", "out": "x"}
 

@@ -33,7 +33,7 @@ struct BenchOptions {
   ModelOptions model;
   BackendChoice backend = BackendChoice::automatic;
   std::vector<int64_t> batches, drafts;  // empty: the backend's defaults
-  std::vector<size_t> modes = {0, 1};    // indices into kModeNames
+  std::vector<size_t> modes = {0, 1, 2};  // indices into kModeNames
   std::vector<size_t> execs = {0, 1};    // indices into kExecNames
   std::vector<size_t> samplers = {0, 1};  // indices into kSamplerNames
   int32_t rounds = 0;                    // 0: the backend's default
@@ -57,7 +57,7 @@ OptionTable bench_options(BenchOptions& o) {
           [&o](const std::string& n, const std::string& v) { o.batches = parse_int_list(n, v, 1, 4096); });
   t.value("drafts", "N,N,...", "draft lengths, T = N + 1",
           [&o](const std::string& n, const std::string& v) { o.drafts = parse_int_list(n, v, 0, 63); });
-  t.value("modes", "LIST", "of two-phase,fused-accept (default both)",
+  t.value("modes", "LIST", "of two-phase,fused-accept,replay (default all)",
           [&o](const std::string& n, const std::string& v) { o.modes = parse_choice_list(n, v, kModeNames); });
   t.value("execs", "LIST", "of eager,graph (default both)",
           [&o](const std::string& n, const std::string& v) { o.execs = parse_choice_list(n, v, kExecNames); });
@@ -140,13 +140,6 @@ void trace_off(std::string& trace_problem, const Error& failure) {
 }
 #endif
 
-// SPEC §7: state-sized transfers per layer and request (the mode policy counts them).
-double state_bytes_per_round(const HostEngineConfig& c, int32_t rows) {
-  const VerifierConfig& v = c.verifier;
-  const double state = double(v.model.value_heads) * v.model.head_v * v.model.head_k * dtype_size(v.pool.state_dtype);
-  const int64_t transfers = state_transfers_per_round(v.mode, v.tokens);
-  return state * double(transfers) * v.model.layers * rows;
-}
 
 // `trace_problem`: empty while node tracing works; the first failure's message turns it off for the rest
 // of the sweep, so a machine where CUPTI cannot trace still gets its timings.
@@ -190,7 +183,7 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   if (!device.empty()) res.device_ms = median(device);
   const double ms = device.empty() ? res.host_ms : res.device_ms;
   res.tokens_per_s = double(engine.tokens_accepted() - tokens_before) / (total_ms * 1e-3);
-  res.state_bytes = state_bytes_per_round(cfg, p.batch);
+  res.state_bytes = mode_footprint(cfg.verifier).state_bytes_per_row * p.batch;  // SPEC §7
   res.bandwidth_gbs = res.state_bytes / (ms * 1e-3) / 1e9;
 #if defined(KDAGRAPH_WITH_CUPTI)
   // After the timed rounds, as many again under the trace (tracing slows each node down). Only the
@@ -256,6 +249,34 @@ const Result* find_point(const std::vector<Result>& results, Mode mode, bool sam
   return nullptr;
 }
 
+// The replay issue's aims, judged on this run's numbers: replay against fused-accept, both as whole rounds
+// in a graph, at least 2x at batch >= 32 and T = 4 (the traffic bound (1 + T) / 2 is 2.5x), and no slower
+// at batch 1.
+std::string replay_aims_markdown(const std::vector<Result>& results, bool cuda) {
+  std::string rows;
+  for (const Result& replay : results) {
+    if (replay.p.mode != Mode::replay || replay.p.exec != Exec::graph || !replay.p.sampler_in) continue;
+    const Result* fused = find_point(results, Mode::fused_accept, true, replay.p.tokens, replay.p.batch);
+    if (fused == nullptr) continue;
+    const double ms_fused = cuda ? fused->device_ms : fused->host_ms;
+    const double ms_replay = cuda ? replay.device_ms : replay.host_ms;
+    const double speedup = ms_fused / ms_replay, bound = double(1 + replay.p.tokens) / 2.0;
+    const bool at_one = replay.p.batch == 1, at_large = replay.p.batch >= 32 && replay.p.tokens == 4;
+    const double aim = at_one ? 1.0 : at_large ? 2.0 : 0.0;
+    rows += "| " + std::to_string(replay.p.tokens) + " | " + std::to_string(replay.p.batch) + " | " +
+            fmt("%.4g", ms_fused) + " | " + fmt("%.4g", ms_replay) + " | " + fmt("%.3f", speedup) + " | " +
+            fmt("%.3f", bound) + " | " + (aim > 0 ? fmt("%.1f", aim) : std::string("-")) + " | " +
+            (aim > 0 ? (speedup >= aim ? "pass" : "miss") : std::string("-")) + " |\n";
+  }
+  if (rows.empty()) return "\nReplay against fused-accept: needs both modes, the graph execution and the sampler in the graph.\n";
+  return std::string("\nReplay against fused-accept, whole round in the graph, ms per round (") +
+         (cuda ? "device" : "host") +
+         " time). Aim: speedup >= 2 at batch >= 32 and T = 4, >= 1 at batch 1; bound: the state traffic "
+         "(1 + T) / 2.\n\n| T | batch | fused ms | replay ms | speedup | bound | aim | verdict |\n"
+         "|---:|---:|---:|---:|---:|---:|---:|---|\n" +
+         rows;
+}
+
 // The graphs issue's aims, judged on this run's numbers: at batch 1, fused-accept under a graph against
 // the two-phase baseline (verify graph, then accept and commit as separate launches) within 5% of the
 // byte bound (1 + T + 2) / (1 + T); and, traced, under 5% idle between the nodes of a replayed round.
@@ -297,6 +318,7 @@ std::string aims_markdown(const std::vector<Result>& results, bool cuda, const s
     out += "|---:|---:|---:|---:|---|---:|---:|---|---:|\n";
     out += rows;
   }
+  out += replay_aims_markdown(results, cuda);
   int traced = 0, under = 0;
   const Result* worst = nullptr;
   for (const Result& r : results) {

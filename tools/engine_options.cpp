@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "kdagraph/graph_runner.hpp"
+#include "kernels/layout.h"
 
 namespace kdagraph::cli {
 
@@ -125,6 +126,22 @@ HostEngineConfig engine_config(const EngineSetup& e) {
   c.vary_batch = e.vary_batch;
   c.keep_outputs = e.keep_outputs;
   return c;
+}
+
+ModeFootprint mode_footprint(const VerifierConfig& v) {
+  const ModePolicy policy = mode_policy(v.mode);
+  const int64_t L = v.model.layers, es = int64_t(dtype_size(v.pool.state_dtype));
+  const int64_t state = int64_t(v.model.value_heads) * v.model.head_v * v.model.head_k;
+  const int64_t row_bytes = aligned_row_elems(state, v.pool.state_dtype) * es;
+  ModeFootprint f;
+  f.transfers = state_transfers_per_round(v.mode, v.tokens);
+  f.state_bytes_per_row = double(state * es) * double(f.transfers) * double(L);
+  f.pool_bytes_per_slot = L * row_bytes;
+  if (policy.per_token_scratch) f.scratch_bytes_per_slot = L * v.pool.scratch_steps * row_bytes;
+  if (policy.token_cache)
+    f.token_cache_bytes_per_slot = L * 2 * aligned_row_elems(token_cache_row_elems(round_spec(v)), v.io_dtype) *
+                                   int64_t(dtype_size(v.io_dtype));
+  return f;
 }
 
 std::string describe(const ModelShape& m) {

@@ -64,6 +64,16 @@ struct EngineSetup {
 };
 HostEngineConfig engine_config(const EngineSetup& e);
 
+// What a mode costs (SPEC §3, §7), from the configuration alone.
+struct ModeFootprint {
+  int64_t transfers = 0;             // state-sized transfers per round, layer and head
+  double state_bytes_per_row = 0;    // state bytes one row's round moves, over all layers
+  int64_t pool_bytes_per_slot = 0;   // per slot, all layers
+  int64_t scratch_bytes_per_slot = 0;
+  int64_t token_cache_bytes_per_slot = 0;
+};
+ModeFootprint mode_footprint(const VerifierConfig& v);
+
 // "L=2 H=2 HV=4 K=32 V=32"
 std::string describe(const ModelShape& m);
 

@@ -159,6 +159,16 @@ void print_text(const RunReport& r) {
   else
     std::printf("  exec                eager (buckets %s unused)\n", int_list(r.buckets).c_str());
   std::printf("  sampler             %s\n", sampler_text(r).c_str());
+  const ModeFootprint fp = mode_footprint(v);
+  std::printf("  state traffic       %s MiB per round at batch %d (%lld state transfers per layer and head)\n",
+              fmt("%.4g", fp.state_bytes_per_row * r.cfg.batch / double(1 << 20)).c_str(), r.cfg.batch,
+              static_cast<long long>(fp.transfers));
+  std::printf("  memory per slot     %s MiB: pool %s, scratch %s, token cache %s MiB\n",
+              fmt("%.4g", double(fp.pool_bytes_per_slot + fp.scratch_bytes_per_slot + fp.token_cache_bytes_per_slot) /
+                              double(1 << 20)).c_str(),
+              fmt("%.4g", double(fp.pool_bytes_per_slot) / double(1 << 20)).c_str(),
+              fmt("%.4g", double(fp.scratch_bytes_per_slot) / double(1 << 20)).c_str(),
+              fmt("%.4g", double(fp.token_cache_bytes_per_slot) / double(1 << 20)).c_str());
   std::string per_rows;
   for (const auto& [rows, count] : r.rounds_per_rows)
     per_rows += (per_rows.empty() ? "" : ", ") + std::to_string(rows) + " rows x" + std::to_string(count);
@@ -193,6 +203,13 @@ std::string to_json(const RunReport& r) {
   j.field("io_dtype", to_string(v.io_dtype)).field("state_dtype", to_string(v.pool.state_dtype));
   j.field("backend", to_string(v.backend)).field("mode", to_string(v.mode)).field("exec", to_string(r.cfg.runner.exec));
   j.field("sampler_in_graph", r.cfg.runner.sampler_in_graph);
+  const ModeFootprint fp = mode_footprint(v);
+  j.field("state_transfers_per_round", fp.transfers);
+  j.field("state_bytes_per_round", fp.state_bytes_per_row * r.cfg.batch);
+  j.key("bytes_per_slot").begin_object();
+  j.field("pool", fp.pool_bytes_per_slot).field("scratch", fp.scratch_bytes_per_slot);
+  j.field("token_cache", fp.token_cache_bytes_per_slot);
+  j.end_object();
   j.key("buckets").begin_array();
   for (int32_t b : r.buckets) j.value(b);
   j.end_array();

@@ -212,6 +212,39 @@ def check_fused_accept_graph():
 
 
 @case
+def check_replay_eager():
+    check_case("replay", "eager")
+
+
+@case
+def check_replay_graph():
+    check_case("replay", "graph", ["--state-dtype", "bf16"])
+
+
+@case
+def replay_reports_its_traffic_and_memory():
+    """Per mode, the state traffic and memory per slot the summary and the JSON give are SPEC 3's."""
+    L, HV, K, T, S = 2, 4, 64, 4, 4  # the tiny preset, --draft 3: S = T
+    state = HV * K * K * 4
+    cache_row = T * (2 * K + HV * K + HV * K + HV)  # k [T, H=2, K], v, g, beta; f32 io
+    cache_row = (cache_row + 3) // 4 * 4            # 16-byte rows
+    want = {"two-phase": (1 + T + 2, state * S, 0), "fused-accept": (1 + T, state * S, 0),
+            "replay": (2, 0, 2 * cache_row * 4)}
+    for mode, (transfers, scratch, cache) in want.items():
+        p = expect_ok(["run", "--backend", "cpu", "--mode", mode, "--rounds", "2", "--batch", "3", "--json"])
+        d = json.loads(p.stdout)
+        if d["state_transfers_per_round"] != transfers or d["state_bytes_per_round"] != state * transfers * L * 3:
+            raise Failure(f"{mode}: traffic {d['state_transfers_per_round']}, {d['state_bytes_per_round']}")
+        got = d["bytes_per_slot"]
+        if (got["pool"], got["scratch"], got["token_cache"]) != (state * L, scratch * L, cache * L):
+            raise Failure(f"{mode}: bytes per slot {got}, expected {(state * L, scratch * L, cache * L)}")
+        text = summary(expect_ok(["run", "--backend", "cpu", "--mode", mode, "--rounds", "2", "--batch", "3"]).stdout)
+        if f"({transfers} state transfers" not in text.get("state traffic", ""):
+            raise Failure(f"{mode}: the text summary's traffic line: {text.get('state traffic')}")
+        print(mode, d["state_transfers_per_round"], got)
+
+
+@case
 def check_sampler_outside_graph():
     check_case("two-phase", "graph", ["--sampler-outside-graph"])
     check_case("fused-accept", "graph", ["--sampler-outside-graph"])
@@ -314,11 +347,11 @@ def bench_outputs():
         rows = list(csv.DictReader(f))
     if list(rows[0].keys()) != BENCH_COLUMNS:
         raise Failure(f"CSV columns {list(rows[0].keys())}")
-    # 2 drafts x 2 batches x 2 modes x 2 executions x 2 sampler placements
-    if len(rows) != 32:
-        raise Failure(f"{len(rows)} CSV rows, expected 32")
+    # 2 drafts x 2 batches x 3 modes x 2 executions x 2 sampler placements
+    if len(rows) != 48:
+        raise Failure(f"{len(rows)} CSV rows, expected 48")
     seen = {(r["mode"], r["exec"], r["sampler"], r["tokens"], r["batch"]) for r in rows}
-    if len(seen) != 32:
+    if len(seen) != 48:
         raise Failure("the CSV repeats points")
     for r in rows:
         if float(r["host_ms"]) <= 0 or float(r["bandwidth_gbs"]) <= 0 or r["device_ms"] != "":
@@ -326,15 +359,15 @@ def bench_outputs():
         if any(r[k] != "" for k in ("graph_nodes", "graph_us_traced", "idle_pct", "largest_gap_us")):
             raise Failure(f"an untraced CPU row has node-trace values: {r}")
         L, HV, K, V, T, n = (int(r[k]) for k in ("layers", "value_heads", "head_k", "head_v", "tokens", "batch"))
-        transfers = 1 + T + (2 if r["mode"] == "two-phase" else 0)
+        transfers = {"two-phase": 1 + T + 2, "fused-accept": 1 + T, "replay": 2}[r["mode"]]
         if int(r["state_bytes_per_round"]) != HV * V * K * 4 * transfers * L * n:
             raise Failure(f"state bytes per round of {r} are not SPEC 7's")
     with open(md_path) as f:
         md = f.read()
     if md != p.stdout:
         raise Failure("--md file differs from the table printed on stdout")
-    if len([l for l in md.splitlines() if l.startswith("| two-phase") or l.startswith("| fused-accept")]) != 32:
-        raise Failure(f"the markdown table does not have 32 rows:\n{md}")
+    if len([l for l in md.splitlines() if l.split(" |")[0] in ("| two-phase", "| fused-accept", "| replay")]) != 48:
+        raise Failure(f"the markdown table does not have 48 rows:\n{md}")
     if "CPU timings" not in md:
         raise Failure("the CPU table does not say its timings are CPU timings")
     check_bench_aims(md, rows)
@@ -348,7 +381,8 @@ def check_bench_aims(md, rows):
         (r,) = [r for r in rows if (r["mode"], r["exec"], r["sampler"], r["tokens"], r["batch"]) ==
                 (mode, "graph", sampler, str(T), "1")]
         return float(r["host_ms"])
-    aims = [l for l in md.split("## Aims", 1)[-1].splitlines() if re.match(r"\| \d+ \|", l)]
+    graph_aims, replay_aims = md.split("## Aims", 1)[-1].split("Replay against fused-accept", 1)
+    aims = [l for l in graph_aims.splitlines() if re.match(r"\| \d+ \|", l)]
     if [int(l.split("|")[1]) for l in aims] != [1, 3]:
         raise Failure(f"the aims table does not have one row per T (1 and 3):\n{md}")
     for line in aims:
@@ -365,6 +399,26 @@ def check_bench_aims(md, rows):
                 raise Failure(f"aims row {line}: speedup is not {base} / {fused}")
             if cells[col + 2] != ("pass" if speedup >= 0.95 * bound else "miss"):
                 raise Failure(f"aims row {line}: verdict for speedup {speedup} against bound {bound}")
+    # Replay against fused-accept, whole rounds in the graph: a row per (T, batch).
+    def graph_in_ms(mode, T, batch):
+        (r,) = [r for r in rows if (r["mode"], r["exec"], r["sampler"], r["tokens"], r["batch"]) ==
+                (mode, "graph", "in", str(T), str(batch))]
+        return float(r["host_ms"])
+    lines = [l for l in replay_aims.splitlines() if re.match(r"\| \d+ \| \d+ \|", l)]
+    if sorted((int(l.split("|")[1]), int(l.split("|")[2])) for l in lines) != [(1, 1), (1, 3), (3, 1), (3, 3)]:
+        raise Failure(f"the replay aims table does not have a row per T and batch:\n{md}")
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        T, batch = int(cells[0]), int(cells[1])
+        fused, replay = graph_in_ms("fused-accept", T, batch), graph_in_ms("replay", T, batch)
+        speedup = fused / replay
+        if not (close(float(cells[2]), fused) and close(float(cells[3]), replay) and close(float(cells[4]), speedup, 2e-3)
+                and close(float(cells[5]), (1 + T) / 2)):
+            raise Failure(f"replay aims row {line}: not the CSV's figures")
+        aim = 1.0 if batch == 1 else None
+        want = "-" if aim is None else ("pass" if speedup >= aim else "miss")
+        if cells[7] != want:
+            raise Failure(f"replay aims row {line}: verdict {cells[7]}, expected {want}")
 
 
 @case
