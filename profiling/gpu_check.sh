@@ -184,7 +184,8 @@ stage_bench_verify() {
 stage_cli_check() {
   local rc=0 args
   for args in "" "--dtype bf16 --mode two-phase --exec eager" "--batch 24 --vary-batch --retire-rate 0.1" \
-    "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10"; do
+    "--mode replay --batch 24 --vary-batch --retire-rate 0.1 --state-dtype bf16" \
+    "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10" "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10 --mode replay"; do
     echo "--- kdagraph run --backend cuda --check $args"
     # shellcheck disable=SC2086  # the arguments are meant to split
     "$BUILD/tools/kdagraph" run --backend cuda --check $args || rc=1
@@ -205,13 +206,14 @@ stage_other_benches() {
   if [[ -x "$BUILD/tools/kdagraph" ]]; then
     echo "--- kdagraph bench"
     # shellcheck disable=SC2086  # the arguments are meant to split
-    # The graphs issue's sweep: L = 20, HV = 16 (TP 2) and 32, T = 2 and 4, batch 1, 4, 16, 64.
+    # The graphs and replay issues' sweep: L = 20, HV = 16 (TP 2) and 32, T = 2 and 4, batch 1, 4, 16, 64,
+    # the three modes under graphs (every aim compares graph points; eager adds only time).
     local preset trace=--node-trace
     # Idle time between graph nodes needs CUPTI; without it the sweep still times every point.
     grep -q "CUPTI not found" "$OUT/cmake_configure.txt" 2>/dev/null && trace=""
     for preset in kimi-linear-48b-tp2 kimi-linear-48b; do
       # shellcheck disable=SC2086  # the arguments are meant to split
-      "$BUILD/tools/kdagraph" bench ${KDAGRAPH_BENCH_ARGS:---backend cuda --preset $preset --drafts 1,3 --batches 1,4,16,64 --rounds 30 $trace} \
+      "$BUILD/tools/kdagraph" bench ${KDAGRAPH_BENCH_ARGS:---backend cuda --preset $preset --drafts 1,3 --batches 1,4,16,64 --execs graph --rounds 30 $trace} \
         --csv "$OUT/kdagraph_bench_$preset.csv" --md "$OUT/kdagraph_bench_$preset.md" || rc=1
     done
     ran=1
