@@ -264,7 +264,7 @@ std::string replay_aims_markdown(const std::vector<Result>& results, bool cuda) 
     const bool at_one = replay.p.batch == 1, at_large = replay.p.batch >= 32 && replay.p.tokens == 4;
     const double aim = at_one ? 1.0 : at_large ? 2.0 : 0.0;
     rows += "| " + std::to_string(replay.p.tokens) + " | " + std::to_string(replay.p.batch) + " | " +
-            fmt("%.4g", ms_fused) + " | " + fmt("%.4g", ms_replay) + " | " + fmt("%.3f", speedup) + " | " +
+            fmt("%.4g", ms_fused) + " | " + fmt("%.4g", ms_replay) + " | " + fmt("%.4g", speedup) + " | " +
             fmt("%.3f", bound) + " | " + (aim > 0 ? fmt("%.1f", aim) : std::string("-")) + " | " +
             (aim > 0 ? (speedup >= aim ? "pass" : "miss") : std::string("-")) + " |\n";
   }
@@ -296,7 +296,7 @@ std::string aims_markdown(const std::vector<Result>& results, bool cuda, const s
     const double bound = double(1 + T + 2) / double(1 + T);
     const auto judged = [&](const Result* fused) {
       const double speedup = round_ms(base) / round_ms(fused);
-      return fmt("%.4g", round_ms(fused)) + " | " + fmt("%.3f", speedup) + " | " +
+      return fmt("%.4g", round_ms(fused)) + " | " + fmt("%.4g", speedup) + " | " +
              (speedup >= 0.95 * bound ? "pass" : "miss");
     };
     rows += "| " + std::to_string(T) + " | " + fmt("%.4g", round_ms(base)) + " | " + judged(fused_out) +
