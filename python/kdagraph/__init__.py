@@ -256,7 +256,10 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     ``InvalidArgument`` naming the argument; on the device, where the host cannot look, lengths are
     clamped and out-of-range rows skipped, both recorded in ``device_errors("cuda")``.
     """
-    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("initial_state", initial_state),
+                    ("initial_state_source", initial_state_source), ("output", output)):
+        if x is None and name not in ("q", "k", "v", "g", "beta"):
+            continue
         if not hasattr(x, "shape"):
             raise _bad(name, f"is not an array: {type(x).__name__}")
     if len(q.shape) != 4:
@@ -348,6 +351,13 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
         names["seeds"] = "initial_state_source"
         names["seed_row"] = "initial_state_indices"
 
+    for name, x, shape in (("ssm_state_indices", ssm_state_indices, None), ("num_accepted_tokens", num_accepted_tokens, (B,)),
+                           ("initial_state_indices", initial_state_indices, (B,))):
+        if x is not None:
+            if "int32" not in str(getattr(x, "dtype", "")):
+                raise _bad(name, f"has dtype {getattr(x, 'dtype', type(x).__name__)}; expected int32")
+            if shape is not None and tuple(x.shape) != shape:
+                raise _bad(name, f"has shape {tuple(x.shape)}; expected {list(shape)}")
     if _is_host(q):
         if initial_state is not None and len(initial_state.shape) != 4:
             raise _bad("initial_state", f"has shape {tuple(initial_state.shape)}; expected [N, HV, V, K]")

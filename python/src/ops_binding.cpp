@@ -180,8 +180,9 @@ LayerStates layer_states(nb::handle obj, const char* name, const RoundSpec& spec
   auto check = [&](const Array& a, bool per_layer) {
     if (is_cache) {
       require_elem(a, {elem_or_io});
-      if (per_layer) require_shape(a, {-1, row_elems});
-      else require_shape(a, {m.layers, -1, row_elems});
+      // Rows of at least row_elems elements; the last extent is the row stride (16-byte multiple).
+      if (per_layer) require_shape(a, {-1, -1});
+      else require_shape(a, {m.layers, -1, -1});
     } else {
       require_elem(a, {Elem::f32, Elem::bf16});
       if (per_layer) require_shape(a, {-1, m.value_heads, m.head_v, m.head_k});
@@ -192,8 +193,8 @@ LayerStates layer_states(nb::handle obj, const char* name, const RoundSpec& spec
     out.arrays.push_back(take(obj, name));
     const Array& a = out.arrays[0];
     check(a, false);
-    const int64_t rows = a.dim(1);
-    out.view = state_view(a.data, dtype_of(a.elem), m.layers, rows * row_elems, rows, row_elems);
+    const int64_t rows = a.dim(1), stride = is_cache ? a.dim(2) : row_elems;
+    out.view = state_view(a.data, dtype_of(a.elem), m.layers, rows * stride, rows, stride);
     return out;
   }
   const nb::sequence seq = nb::borrow<nb::sequence>(obj);
@@ -213,7 +214,8 @@ LayerStates layer_states(nb::handle obj, const char* name, const RoundSpec& spec
   }
   const Array& first = out.arrays[0];
   out.table = detail::Buffer::copy_of(first.backend, bases);
-  out.view = state_view_table(out.table.as<void* const>(), dtype_of(first.elem), m.layers, first.dim(0), row_elems);
+  out.view = state_view_table(out.table.as<void* const>(), dtype_of(first.elem), m.layers, first.dim(0),
+                              is_cache ? first.dim(1) : row_elems);
   return out;
 }
 
@@ -321,7 +323,15 @@ void bind_ops(nb::module_& m) {
       .def_prop_ro("layers", [](const PySpec& s) { return s.spec.model.layers; })
       .def_prop_ro("tokens", [](const PySpec& s) { return s.spec.tokens; })
       .def_prop_ro("mode", [](const PySpec& s) { return s.spec.mode; })
-      .def_prop_ro("token_cache_row_elems", [](const PySpec& s) { return token_cache_row_elems(s.spec); });
+      .def_prop_ro("token_cache_row_elems", [](const PySpec& s) { return token_cache_row_elems(s.spec); },
+                   "Elements of one token cache row (replay); a row stride rounds it up to 16 bytes")
+      .def_prop_ro(
+          "token_cache_row_stride",
+          [](const PySpec& s) {
+            const int64_t per16 = 16 / int64_t(dtype_size(s.spec.io_dtype));
+            return (token_cache_row_elems(s.spec) + per16 - 1) / per16 * per16;
+          },
+          "The last extent of a compact token cache [L, 2 P, stride]");
 
   nb::class_<PyStorage>(m, "SlotStorage",
                         "The caller's per-slot storage (SPEC §2, §10): pool and scratch as one array [L, rows, HV, V, K] "
