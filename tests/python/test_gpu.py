@@ -67,3 +67,19 @@ def test_graph_runner_on_cuda_matches_the_host_engine(rng):
         stream.synchronize()
         got = torch.stack([i["o"] for i in inputs]).cpu().numpy()
         assert rel_error(got, outputs[r]) <= 1e-5, f"round {r}"
+
+
+def test_the_cuda_host_engine_matches_the_cpu_one(rng):
+    """No device arrays needed: the reference engine on both backends, through the binding."""
+    gpu_or_skip()
+    from kdagraph._kdagraph import _reference as ref
+
+    kw = dict(layers=2, heads=2, value_heads=4, head_k=64, head_v=64, tokens=4, slots=6, scratch_steps=4, batch=3,
+              mode="fused-accept", l2norm_qk=True, gate="softplus", beta_is_logit=True, accept_rate=0.7,
+              seed=int(rng.integers(1, 2**62)), rounds=8)
+    cpu_out, _, cpu_states = ref.run_host_engine(backend="cpu", **kw)
+    gpu_out, _, gpu_states = ref.run_host_engine(backend="cuda", **kw)
+    for r, (a, b) in enumerate(zip(gpu_out, cpu_out)):
+        assert rel_error(a, b) <= 1e-5, f"round {r}"
+    for (_, _, a), (_, _, b) in zip(gpu_states, cpu_states):
+        assert rel_error(a, b) <= 1e-5
