@@ -153,6 +153,86 @@ void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& sto
   detail::enqueue<VerifyOp>(s, p);
 }
 
+void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& seeds, const StateView& states,
+                    const IndexedRows& idx, int32_t rows, int32_t layer, const LayerInputs& in,
+                    DeviceErrorWord* errors) {
+  const char* where = "ops::verify_indexed";
+  detail::validate_spec(where, spec, s.backend);
+  require_in_range(where, "rows", rows, 1, INT32_MAX);
+  detail::validate_layer_index(where, layer, spec.model.layers);
+  detail::validate_state_view(where, "states", states, spec, 1, s.backend);
+  require((idx.seed_row == nullptr) != (idx.seed_token == nullptr), where, "idx",
+          "must set exactly one of seed_row (a row of seeds) and seed_token (a token's row of states)");
+  if (idx.seed_row != nullptr) {
+    detail::validate_state_view(where, "seeds", seeds, spec, 1, s.backend);
+    require(seeds.dtype == states.dtype, where, "seeds.dtype",
+            std::string("= ") + to_string(seeds.dtype) + " differs from states.dtype = " + to_string(states.dtype));
+    detail::require_buffer(where, "idx.seed_row", idx.seed_row, alignof(int32_t));
+  } else {
+    detail::require_buffer(where, "idx.seed_token", idx.seed_token, alignof(int32_t));
+  }
+  detail::require_buffer(where, "idx.write_row", idx.write_row, alignof(int32_t));
+  detail::validate_layer_inputs(where, in, spec);
+  if (errors != nullptr) detail::require_buffer(where, "errors", errors, alignof(DeviceErrorWord));
+  nvtx::Scoped range(nvtx::Range::layer, layer);
+  VerifyParams p;
+  p.rows = rows;
+  p.tokens = spec.tokens;
+  p.heads = spec.model.heads;
+  p.value_heads = spec.model.value_heads;
+  p.head_k = spec.model.head_k;
+  p.head_v = spec.model.head_v;
+  p.io_dtype = spec.io_dtype;
+  p.options = spec.options;
+  p.pool = idx.seed_row != nullptr ? seeds : states;
+  p.scratch = states;
+  p.layer = layer;
+  p.writes_scratch = true;
+  p.seed_pool = idx.seed_row;
+  p.seed_token = idx.seed_token;
+  p.write_row = idx.write_row;
+  p.q = in.q;
+  p.k = in.k;
+  p.v = in.v;
+  p.g = in.g;
+  p.beta = in.beta;
+  p.o = in.o;
+  p.A_log = in.A_log;
+  p.dt_bias = in.dt_bias;
+  p.errors = errors;
+  detail::enqueue<VerifyOp>(s, p);
+}
+
+void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, const int32_t* accept_len,
+                        int32_t pool_slots, int32_t scratch_steps, int32_t tokens, int32_t* write_row,
+                        int32_t* accepted, DeviceErrorWord* errors) {
+  const char* where = "ops::build_slot_indices";
+  require_in_range(where, "rows", rows, 1, INT32_MAX);
+  require_in_range(where, "pool_slots", pool_slots, 1, INT32_MAX);
+  require_in_range(where, "scratch_steps", scratch_steps, 1, 1 << 16);
+  require_in_range(where, "tokens", tokens, 1, scratch_steps);
+  require(int64_t(pool_slots) * scratch_steps <= INT32_MAX, where, "scratch_steps",
+          "= " + std::to_string(scratch_steps) + " with pool_slots = " + std::to_string(pool_slots) +
+              " makes scratch rows past the int32 range");
+  detail::require_buffer(where, "slots", slots, alignof(int32_t));
+  detail::require_buffer(where, "accept_len", accept_len, alignof(int32_t));
+  detail::require_buffer(where, "write_row", write_row, alignof(int32_t));
+  detail::require_buffer(where, "accepted", accepted, alignof(int32_t));
+  if (errors != nullptr) detail::require_buffer(where, "errors", errors, alignof(DeviceErrorWord));
+  nvtx::Scoped range(nvtx::Range::index_build, rows);
+  SlotIndexParams p;
+  p.slots = slots;
+  p.accept_len = accept_len;
+  p.pool_slots = pool_slots;
+  p.scratch_steps = scratch_steps;
+  p.tokens = tokens;
+  p.rows = rows;
+  p.write_row = write_row;
+  p.accepted = accepted;
+  p.errors = errors;
+  detail::enqueue<BuildSlotIndicesOp>(s, p);
+}
+
 void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
             int32_t rows, const int32_t* accepted) {
   const char* where = "ops::accept";

@@ -118,6 +118,12 @@ void validate_view(const char* where, const std::string& name, const StateView& 
 
 }  // namespace
 
+void validate_state_view(const char* where, const char* name, const StateView& view, const RoundSpec& spec,
+                         int64_t min_rows, Backend backend) {
+  const int64_t state_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
+  validate_view(where, name, view, spec, min_rows, state_elems, backend);
+}
+
 void validate_storage(const char* where, const RoundSpec& spec, const SlotStorage& st, Backend backend) {
   require_in_range(where, "storage.slots", st.slots, 1, INT32_MAX);
   require_in_range(where, "storage.scratch_steps", st.scratch_steps, spec.tokens, 1 << 16);

@@ -14,6 +14,9 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend);
 // The storage views against the spec: dtypes, layers, rows, strides, alignment, and on the CPU backend
 // the entries of a layer table. `spec` is valid.
 void validate_storage(const char* where, const RoundSpec& spec, const SlotStorage& storage, Backend backend);
+// One state view against the spec: dtype, layers, rows (at least min_rows), strides, alignment.
+void validate_state_view(const char* where, const char* name, const StateView& view, const RoundSpec& spec,
+                         int64_t min_rows, Backend backend);
 // Index arrays present, T matching the spec, and `rows` in [1, capacity].
 void validate_indices(const char* where, const RoundSpec& spec, const RoundIndices& idx, int32_t rows);
 void validate_batch_view(const char* where, const BatchView& batch);

@@ -1,5 +1,5 @@
-// SPEC §4 on the device: the same BuildIndices functor as indices_cpu.cpp, applied with Thrust's CUDA
-// policy; par_nosync: no allocation, no synchronization, capture-safe.
+// SPEC §4 on the device: the same BuildIndices and BuildSlotIndices functors as indices_cpu.cpp, applied
+// with Thrust's CUDA policy; par_nosync: no allocation, no synchronization, capture-safe.
 //
 // The project's default Thrust device system is the host (CPP), so that g++ sources compile; this is the
 // CUDA translation unit, so its device system is CUDA, set before any Thrust header.
@@ -15,16 +15,28 @@
 
 namespace kdagraph {
 
-cudaError_t launch_build_indices(const IndexBuildParams& p, cudaStream_t stream) {
+namespace {
+
+// Thrust reports a failed launch by throwing; callers of these launchers expect the CUDA error.
+template <class F>
+cudaError_t for_each_row(F f, int32_t rows, cudaStream_t stream) {
   try {
-    thrust::for_each_n(thrust::cuda::par_nosync.on(stream), thrust::counting_iterator<int32_t>(0), p.rows,
-                       BuildIndices{p});
+    thrust::for_each_n(thrust::cuda::par_nosync.on(stream), thrust::counting_iterator<int32_t>(0), rows, f);
   } catch (const thrust::system_error& e) {
-    // Thrust reports a failed launch by throwing; callers of this launcher expect the CUDA error.
     return e.code().category() == thrust::cuda_category() ? static_cast<cudaError_t>(e.code().value())
                                                           : cudaErrorUnknown;
   }
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_build_indices(const IndexBuildParams& p, cudaStream_t stream) {
+  return for_each_row(BuildIndices{p}, p.rows, stream);
+}
+
+cudaError_t launch_build_slot_indices(const SlotIndexParams& p, cudaStream_t stream) {
+  return for_each_row(BuildSlotIndices{p}, p.rows, stream);
 }
 
 }  // namespace kdagraph

@@ -39,23 +39,29 @@ struct RowSeed {
   int32_t accept;  // gathered accept length, clamped to [0, S] ([0, T] in replay); -1 for padded rows
 };
 
+// The slot of real row n, or -1 (padding): a slot outside [0, P) or one an earlier row holds (the
+// first row holding it keeps it) makes the row padding, and is recorded.
+KDA_HD int32_t checked_slot(const int32_t* slots, int32_t n, int32_t pool_slots, DeviceErrorWord* errors) {
+  int32_t slot = slots[n];
+  if (slot < -1 || slot >= pool_slots) {
+    record_device_error(errors, DeviceErrorCode::slot_out_of_range, n, slot);
+    slot = -1;
+  }
+  for (int32_t m = 0; slot >= 0 && m < n; ++m) {
+    if (slots[m] == slot) {
+      record_device_error(errors, DeviceErrorCode::slot_repeated, n, slot);
+      slot = -1;
+    }
+  }
+  return slot;
+}
+
 // Decides what row n is. Bad slots (out of range, repeated) make the row padding; an accept length
 // outside [0, S] (replay: [0, T], the tokens a cache row holds) is clamped. Both are recorded.
 KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n) {
   int32_t n_real = *p.n_real;
   n_real = n_real < 0 ? 0 : (n_real > p.rows ? p.rows : n_real);
-  int32_t slot = n < n_real ? p.slots[n] : -1;
-  if (slot < -1 || slot >= p.pool_slots) {
-    record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, slot);
-    slot = -1;
-  }
-  // A repeated slot: the first row holding it keeps it.
-  for (int32_t m = 0; slot >= 0 && m < n; ++m) {
-    if (p.slots[m] == slot) {
-      record_device_error(p.errors, DeviceErrorCode::slot_repeated, n, slot);
-      slot = -1;
-    }
-  }
+  const int32_t slot = n < n_real ? checked_slot(p.slots, n, p.pool_slots, p.errors) : -1;
   // Padded rows gather too, from slot 0: always in range, so the gather needs no branch.
   int32_t accept = p.accept_len[slot >= 0 ? slot : 0];
   const int32_t max_accept = p.replay ? p.tokens : p.scratch_steps;
@@ -88,8 +94,36 @@ struct BuildIndices {
   }
 };
 
+// SGLang's index pair for fused accept (SPEC §4, §11), with no storage behind it: per row n, the
+// scratch rows write_row[n][t] = slot * S + t and accepted[n] = accept_len[max(slot, 0)], the slot's
+// accept length as the pool holds it. A padded row (slot -1, or a bad slot, see checked_slot) has every
+// write row -1 and gathers from slot 0, always in range.
+struct SlotIndexParams {
+  const int32_t* slots = nullptr;       // [N]
+  const int32_t* accept_len = nullptr;  // [P]
+  int32_t pool_slots = 0;               // P
+  int32_t scratch_steps = 0;            // S
+  int32_t tokens = 0;                   // T <= S
+  int32_t rows = 0;                     // N
+  int32_t* write_row = nullptr;         // [N, T]
+  int32_t* accepted = nullptr;          // [N]
+  DeviceErrorWord* errors = nullptr;
+};
+
+struct BuildSlotIndices {
+  SlotIndexParams p;
+
+  KDA_HD void operator()(int32_t n) const {
+    const int32_t slot = checked_slot(p.slots, n, p.pool_slots, p.errors);
+    p.accepted[n] = p.accept_len[slot >= 0 ? slot : 0];
+    int32_t* write_row = p.write_row + int64_t(n) * p.tokens;
+    for (int32_t t = 0; t < p.tokens; ++t) write_row[t] = slot >= 0 ? scratch_row(slot, t, p.scratch_steps) : -1;
+  }
+};
+
 // Host backend. Stream-ordered trivially: runs now.
 void build_indices_cpu(const IndexBuildParams& p);
+void build_slot_indices_cpu(const SlotIndexParams& p);
 
 }  // namespace kdagraph
 
@@ -98,6 +132,7 @@ void build_indices_cpu(const IndexBuildParams& p);
 namespace kdagraph {
 // Enqueues the build on `stream`; allocates nothing, never synchronizes.
 cudaError_t launch_build_indices(const IndexBuildParams& p, cudaStream_t stream);
+cudaError_t launch_build_slot_indices(const SlotIndexParams& p, cudaStream_t stream);
 }  // namespace kdagraph
 #endif
 
@@ -109,6 +144,17 @@ struct BuildIndicesOp {
   static void cpu(const Params& p) { build_indices_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_build_indices(p, s); }
+#endif
+  static std::string shape(const Params& p) {
+    return "rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens) + " P=" + std::to_string(p.pool_slots);
+  }
+};
+struct BuildSlotIndicesOp {
+  using Params = SlotIndexParams;
+  static constexpr const char* kName = "build_slot_indices";
+  static void cpu(const Params& p) { build_slot_indices_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_build_slot_indices(p, s); }
 #endif
   static std::string shape(const Params& p) {
     return "rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens) + " P=" + std::to_string(p.pool_slots);

@@ -180,8 +180,8 @@ __device__ __forceinline__ void copy_tokens(const VerifyParams& p, const BlockRo
   if (tid < count) {
     const int32_t u = u0 + tid;
     st.beta[tid] = math::beta_value(p.options, math::to_f32(*token_ptrs<K, IoT>(p, b, u).beta));
-    const bool posts = p.writes_scratch && u >= b.r.replay;
-    st.write_row[tid] = posts ? p.write_row[int64_t(b.n) * p.tokens + (u - b.r.replay)] : -1;
+    const bool report = b.h == 0 && b.v0 == 0;
+    st.write_row[tid] = u >= b.r.replay ? post_state_row(p, b.n, u - b.r.replay, report) : -1;
   }
 }
 
@@ -440,8 +440,12 @@ cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
     require_aligned("o", p.o, io_bytes);
     require_aligned("beta", p.beta, io_bytes);
   }
-  if (p.slot_list == nullptr)
-    for (const int32_t* index : {p.seed_pool, p.seed_scratch}) require_aligned("indices", index, 4);
+  if (p.slot_list == nullptr) {
+    require(p.seed_token != nullptr || p.seed_pool != nullptr || p.seed_scratch != nullptr, where, "seed_pool",
+            "is null, and so are seed_scratch and seed_token: no row has a seed");
+    for (const int32_t* index : {p.seed_pool, p.seed_scratch, p.seed_token})
+      if (index != nullptr) require_aligned("indices", index, 4);
+  }
   if (p.writes_scratch) require_aligned("write_row", p.write_row, 4);
   const bool replay = p.replay_count != nullptr || p.slot_list != nullptr;
   for (const StateView* view : {&p.pool, &p.scratch, &p.token_cache}) {

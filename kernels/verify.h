@@ -39,14 +39,19 @@ struct VerifyParams {
   const float* dt_bias = nullptr;  // [HV * K], gate in kernel only
 
   // Layer `layer` of the views: seeds come from pool row seed_pool[n] or scratch row seed_scratch[n],
-  // post-states go to scratch rows write_row[n][t] when writes_scratch.
+  // post-states go to scratch rows write_row[n][t] when writes_scratch. A row outside its view is not
+  // read or written, and recorded.
   StateView pool;
   StateView scratch;
   int32_t layer = 0;
   bool writes_scratch = true;             // ModePolicy::per_token_scratch
-  const int32_t* seed_pool = nullptr;     // [N]
-  const int32_t* seed_scratch = nullptr;  // [N]
+  const int32_t* seed_pool = nullptr;     // [N], or null: no row seeds from the pool
+  const int32_t* seed_scratch = nullptr;  // [N], or null: no row seeds from scratch
   const int32_t* write_row = nullptr;     // [N, T]
+  // Optional [N], FlashInfer's spec decode (SPEC §11): row n seeds from scratch row
+  // write_row[n][seed_token[n] - 1], its own post-state row of that token, a length outside [1, T]
+  // clamped and recorded. seed_pool and seed_scratch are then not read.
+  const int32_t* seed_token = nullptr;
   DeviceErrorWord* errors = nullptr;      // what the device finds invalid is recorded here
 
   // Replay mode [TAG_TOKEN_CACHE]: row n replays replay_count[n] tokens from token_cache row
@@ -93,14 +98,39 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
     r.replay_from = cache_row(slot, p.cache_parity[slot] & 1);
     return r;
   }
-  r.seed_pool = p.seed_pool[n];
-  r.seed_scratch = p.seed_scratch[n];
+  if (p.seed_token != nullptr) {
+    const int32_t a = p.seed_token[n], clamped = a < 1 ? 1 : (a > p.tokens ? p.tokens : a);
+    r.seed_scratch = p.write_row[int64_t(n) * p.tokens + clamped - 1];
+    if (report && a != clamped && r.seed_scratch >= 0)  // a padded row's length is never read
+      record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, a);
+  } else {
+    r.seed_pool = p.seed_pool != nullptr ? p.seed_pool[n] : -1;
+    r.seed_scratch = p.seed_scratch != nullptr ? p.seed_scratch[n] : -1;
+  }
+  if (r.seed_pool >= p.pool.rows || r.seed_scratch >= p.scratch.rows) {  // outside its view: padding
+    if (report)
+      record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n,
+                          r.seed_pool >= p.pool.rows ? r.seed_pool : r.seed_scratch);
+    return VerifyRow{};
+  }
   if (p.replay_count != nullptr && !r.padded()) {
     r.replay = p.replay_count[n];
     r.replay_from = p.replay_from[n];
     r.cache_to = p.cache_to[n];
   }
   return r;
+}
+
+// Scratch row the post-state of new token t of row n goes to, or -1: not written (no scratch in this
+// mode, a negative entry, or one outside the scratch view, which is recorded when `report`).
+KDA_HD int32_t post_state_row(const VerifyParams& p, int32_t n, int32_t t, bool report) {
+  if (!p.writes_scratch) return -1;
+  const int32_t row = p.write_row[int64_t(n) * p.tokens + t];
+  if (row >= p.scratch.rows) {
+    if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, row);
+    return -1;
+  }
+  return row < 0 ? -1 : row;
 }
 
 // The layer bases row `r` reads and writes, checked: `ok` is false (recorded when `report`) when one it

@@ -168,7 +168,7 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
         continue;
       }
       o[src.v_off + j] = math::from_f32<IoT>(output_of_row(s, w.q + u * w.stride, K));
-      const int32_t write_row = p.writes_scratch ? p.write_row[int64_t(n) * T + (u - r.replay)] : -1;
+      const int32_t write_row = post_state_row(p, n, u - r.replay, h == 0 && j == 0);
       if (write_row < 0) continue;
       StateT* post = reinterpret_cast<StateT*>(state_row(b.scratch, p.scratch, write_row)) + h * head_elems;
       for (int32_t i = 0; i < K; ++i) post[int64_t(j) * K + i] = math::from_f32<StateT>(s[i]);

@@ -50,7 +50,7 @@ namespace kdagraph {
 // records it here. The first error's code, row and value are kept; `count` counts them all.
 enum class DeviceErrorCode : uint32_t {
   none = 0,
-  slot_out_of_range = 1,    // a real row's slot outside [0, P): the row is treated as padding
+  slot_out_of_range = 1,    // a real row's slot (or state row) outside its range: the row is treated as padding
   slot_repeated = 2,        // a slot already used by an earlier row: the later row is treated as padding
   accept_out_of_range = 3,  // an accept length outside its range: clamped into it
   layer_base_invalid = 4,   // a layer table entry null or not 16-byte aligned: the row is treated as padding

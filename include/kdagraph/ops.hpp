@@ -125,6 +125,14 @@ struct GateParams {
   const float* dt_bias = nullptr;  // [HV * K]
 };
 
+// Rows a caller names itself, FlashInfer's recurrent_kda way (SPEC §11): int32 arrays in backend memory,
+// where a negative entry names no row. Set exactly one of seed_row and seed_token.
+struct IndexedRows {
+  const int32_t* seed_row = nullptr;    // [rows] the seed is row seed_row[n] of `seeds` ...
+  const int32_t* seed_token = nullptr;  // ... or [rows] row write_row[n][seed_token[n] - 1] of `states`
+  const int32_t* write_row = nullptr;   // [rows, T] the row of `states` the post-state of token t goes to
+};
+
 namespace ops {
 
 // SPEC §4: the round's indices from the batch and the accept lengths. Slots the device finds out of
@@ -138,6 +146,25 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
 // Padded rows read nothing, write no state and output zeros.
 void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                   int32_t rows, int32_t layer, const LayerInputs& in);
+
+// SPEC §1, §11: the T-token verify of layer `layer` of `rows` rows over rows the caller names (`idx`),
+// not slots: FlashInfer's spec decode. Row n seeds where idx says (a negative seed row: a padded row,
+// zero output, nothing read or written), writes the post-state of token t to row write_row[n][t] of
+// `states` (negative: not written) and every output. A seed length outside [1, T] is clamped, a row
+// outside its view is not touched; both are recorded in `errors` (optional). `spec.mode` is not used;
+// `seeds` is read only when idx.seed_row is set, and may be `states` itself. Rows that write the same
+// state row, or read one another row writes, are the caller's error: their result is undefined.
+void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& seeds, const StateView& states,
+                    const IndexedRows& idx, int32_t rows, int32_t layer, const LayerInputs& in,
+                    DeviceErrorWord* errors = nullptr);
+
+// SPEC §4, §11: SGLang's fused-accept index pair for `rows` rows of `slots` (-1 marks a padded row):
+// write_row[n][t] = slot * scratch_steps + t ([rows, tokens]) and accepted[n] = accept_len[max(slot, 0)]
+// ([rows]), all in backend memory. A padded row's write rows are all -1 and it gathers from slot 0. A
+// slot outside [0, pool_slots) or repeated makes its row padding and is recorded in `errors` (optional).
+void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, const int32_t* accept_len,
+                        int32_t pool_slots, int32_t scratch_steps, int32_t tokens, int32_t* write_row,
+                        int32_t* accepted, DeviceErrorWord* errors = nullptr);
 
 // SPEC §3 accept: `accepted` [rows] in backend memory (the sampler's lengths). Fused-accept writes
 // accept_len[slot] = a; two-phase records a in idx.row_accept for the commit. A length outside [1, T] is

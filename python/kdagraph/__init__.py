@@ -1,0 +1,374 @@
+"""kdagraph: the speculative-decoding verify step of Kimi Delta Attention layers (SPEC §11).
+
+Where engines already call a function, kdagraph offers the same signature and semantics, so code can
+switch by changing an import:
+
+- ``build_fused_accept_indices`` (SGLang's keyword signature);
+- ``recurrent_kda`` (FlashInfer's signature, spec-decode semantics).
+
+Beside them: the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``,
+``RoundIndices``, ``build_indices``, ``verify_layer``, ``accept``, ``commit``, ``materialize``) and the
+owning classes ``Verifier`` and ``GraphRunner``.
+
+Arrays are anything with ``__dlpack__`` (numpy, torch, cupy) and numpy arrays of ``ml_dtypes.bfloat16``;
+they are used in place, never copied: float32 or bfloat16 inputs and states, int32 indices, C-contiguous,
+CPU arrays on the CPU backend and CUDA arrays on the CUDA backend. A bad argument raises
+``kdagraph.InvalidArgument`` (a ``ValueError`` whose ``argument`` names it); a CUDA failure raises
+``RuntimeError``. ``stream`` is an integer handle (or a ``torch.cuda.Stream``); by default torch's current
+stream for torch CUDA tensors, else stream 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Tuple
+
+from ._kdagraph import (
+    GraphRunner,
+    InvalidArgument,
+    Mode,
+    RoundIndices,
+    RoundSpec,
+    SlotStorage,
+    Verifier,
+    accept,
+    build_indices,
+    built_with_cuda,
+    clear_device_errors,
+    commit,
+    cuda_available,
+    device_errors,
+    materialize,
+    round_index_elems,
+    round_index_offsets,
+    verify_layer,
+)
+from . import _kdagraph
+
+__all__ = [
+    "GraphRunner",
+    "InvalidArgument",
+    "Mode",
+    "RoundIndices",
+    "RoundSpec",
+    "SlotStorage",
+    "Verifier",
+    "accept",
+    "build_fused_accept_indices",
+    "build_indices",
+    "built_with_cuda",
+    "clear_device_errors",
+    "commit",
+    "cuda_available",
+    "device_errors",
+    "materialize",
+    "recurrent_kda",
+    "round_index_elems",
+    "round_index_offsets",
+    "verify_layer",
+]
+
+Array = Any  # anything with __dlpack__
+
+
+def _bad(argument: str, message: str) -> InvalidArgument:
+    error = InvalidArgument(f"kdagraph: {argument} {message}")
+    error.argument = argument
+    return error
+
+
+# ---- arrays of the caller's framework ------------------------------------------------------------
+
+def _framework(ref: Array) -> str:
+    module = type(ref).__module__.split(".")[0]
+    if module in ("numpy", "torch", "cupy"):
+        return module
+    raise _bad("output", f"is None and kdagraph cannot allocate arrays like {type(ref).__name__}: pass output=")
+
+
+def _is_host(ref: Array) -> bool:
+    """True for arrays in host memory (DLPack device type 1), which the host can read directly."""
+    device = getattr(ref, "__dlpack_device__", None)
+    return device is not None and int(device()[0]) == 1
+
+
+def _host_view(x: Array):
+    """A numpy view of a host array (no copy), for the checks only the host can make."""
+    import numpy as np
+
+    if isinstance(x, np.ndarray):
+        return x
+    if type(x).__module__.split(".")[0] == "torch":
+        return x.numpy()
+    return np.from_dlpack(x)
+
+
+def _new(ref: Array, shape, dtype: str, fill: Optional[int] = None) -> Array:
+    """A new array on ref's device: dtype 'int32', 'float32' or 'like' (ref's own)."""
+    kind = _framework(ref)
+    if kind == "torch":
+        import torch
+
+        t = ref.dtype if dtype == "like" else getattr(torch, dtype)
+        if fill is None:
+            return torch.empty(shape, dtype=t, device=ref.device)
+        return torch.full(shape, fill, dtype=t, device=ref.device)
+    module = sys.modules[kind]
+    t = ref.dtype if dtype == "like" else getattr(module, dtype)
+    if fill is None:
+        return module.empty(shape, dtype=t)
+    return module.full(shape, fill, dtype=t)
+
+
+_constants: dict = {}
+
+
+def _identity_rows(ref: Array, rows: int, tokens: int) -> Array:
+    """[rows, tokens] int32 with entry (b, t) = b * tokens + t, made once per device and size (like
+    FlashInfer's, so a warmed-up call allocates nothing and can be captured)."""
+    key = ("identity", _framework(ref), str(getattr(ref, "device", "cpu")), rows, tokens)
+    if key not in _constants:
+        kind = _framework(ref)
+        if kind == "torch":
+            import torch
+
+            a = torch.arange(rows * tokens, dtype=torch.int32, device=ref.device).reshape(rows, tokens)
+        else:
+            a = sys.modules[kind].arange(rows * tokens, dtype="int32").reshape(rows, tokens)
+        _constants[key] = a
+    return _constants[key]
+
+
+def _ones(ref: Array, rows: int) -> Array:
+    key = ("ones", _framework(ref), str(getattr(ref, "device", "cpu")), rows)
+    if key not in _constants:
+        _constants[key] = _new(ref, (rows,), "int32", fill=1)
+    return _constants[key]
+
+
+# ---- SGLang: build_fused_accept_indices ----------------------------------------------------------
+
+def build_fused_accept_indices(*, slots: Array, scratch_steps: int, draft_token_num: int,
+                               accept_lens_pool: Array, stream: Any = None) -> Tuple[Array, Array]:
+    """SGLang's fused-accept indices (SPEC §4, §11), built on the slots' device.
+
+    Returns ``(ssm_state_indices [N, T] int32, num_accepted_tokens [N] int32)``: row n addresses the
+    scratch rows ``slots[n] * scratch_steps + t`` of its slot; a padded row (slot -1) is fully negative and
+    gathers its length from slot 0 (always in range), a real row from ``accept_lens_pool[slot]``. On the
+    host a slot outside [-1, P) or repeated is refused; on the device it makes its row padding and is
+    recorded (``device_errors``).
+    """
+    if getattr(slots, "ndim", None) != 1:
+        raise _bad("slots", f"must be a 1-D array of slots, got {type(slots).__name__} of shape {getattr(slots, 'shape', None)}")
+    if str(slots.dtype).endswith("int64"):  # engines often keep slots as int64; the few bytes are converted
+        slots = slots.to(dtype=__import__("torch").int32) if _framework(slots) == "torch" else slots.astype("int32")
+    T, S = int(draft_token_num), int(scratch_steps)
+    if S < 1:
+        raise _bad("scratch_steps", f"= {S} must be at least 1")
+    if not 1 <= T <= S:
+        raise _bad("draft_token_num", f"= {T} is outside [1, scratch_steps = {S}]")
+    n = int(slots.shape[0])
+    if _is_host(slots):
+        s = _host_view(slots)
+        pool_slots = int(accept_lens_pool.shape[0])
+        bad = (s < -1) | (s >= pool_slots)
+        if bad.any():
+            i = int(bad.nonzero()[0][0])
+            raise _bad("slots", f"[{i}] = {int(s[i])} is outside [-1, {pool_slots}) (-1 marks a padded row)")
+        real = s[s >= 0]
+        if len(set(real.tolist())) != len(real):
+            raise _bad("slots", "repeats a slot: each slot may appear once per batch")
+    ssm_state_indices = _new(slots, (n, T), "int32")
+    num_accepted_tokens = _new(slots, (n,), "int32")
+    _kdagraph._build_slot_indices(slots, accept_lens_pool, S, T, ssm_state_indices, num_accepted_tokens, stream)
+    return ssm_state_indices, num_accepted_tokens
+
+
+# ---- FlashInfer: recurrent_kda -------------------------------------------------------------------
+
+def _check_host_indices(B: int, T: int, states_rows: int, write_row, seed_token, seed_row, seeds_rows: int,
+                        names: dict) -> None:
+    """What only the host can check before the verify, on host arrays: every index in range, every
+    accept length in [1, T], no state row written twice or read by one row while another writes it."""
+    import numpy as np
+
+    w = _host_view(write_row).reshape(B, T)
+    over = w >= states_rows
+    if over.any():
+        b, t = (int(x) for x in np.argwhere(over)[0])
+        raise _bad(names["write_row"], f"[{b}, {t}] = {int(w[b, t])} is outside the state's {states_rows} rows")
+    if seed_token is not None:
+        a = _host_view(seed_token)
+        live = w.max(axis=1) >= 0
+        out = live & ((a < 1) | (a > T))
+        if out.any():
+            b = int(out.nonzero()[0][0])
+            raise _bad(names["seed_token"], f"[{b}] = {int(a[b])} is outside [1, T = {T}]")
+        seed = np.where(live, w[np.arange(B), np.clip(a, 1, T) - 1], -1)
+    else:
+        r = _host_view(seed_row)
+        over = r >= seeds_rows
+        if over.any():
+            b = int(over.nonzero()[0][0])
+            raise _bad(names["seed_row"], f"[{b}] = {int(r[b])} is outside the {seeds_rows} rows it indexes")
+        seed = r
+    padded = seed < 0
+    written = w[~padded]
+    written = written[written >= 0]
+    if len(np.unique(written)) != len(written):
+        raise _bad(names["write_row"], "names a state row twice: each post-state needs its own row")
+    if seed_token is not None or names["seeds"] == names["states"]:
+        owner = {int(x): b for b in range(B) if not padded[b] for x in w[b] if x >= 0}
+        for b in range(B):
+            if not padded[b] and owner.get(int(seed[b]), b) != b:
+                raise _bad(names["write_row"], f"row {owner[int(seed[b])]} writes state row {int(seed[b])}, the seed of row {b}")
+
+
+def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Optional[Array] = None,
+                  dt_bias: Optional[Array] = None, scale: Optional[float] = None,
+                  initial_state: Optional[Array] = None, output_final_state: bool = False,
+                  use_qk_l2norm_in_kernel: bool = True, use_gate_in_kernel: bool = False,
+                  lower_bound: Optional[float] = None, cu_seqlens: Optional[Array] = None,
+                  ssm_state_indices: Optional[Array] = None, num_spec_tokens: Optional[int] = None,
+                  num_accepted_tokens: Optional[Array] = None, output: Optional[Array] = None,
+                  initial_state_source: Optional[Array] = None, initial_state_indices: Optional[Array] = None,
+                  beta_is_logit: bool = False, *, stream: Any = None) -> Tuple[Array, Optional[Array]]:
+    """FlashInfer's recurrent KDA with spec-decode semantics (SPEC §1, §11).
+
+    q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g ``[B, T, HV, K]`` (log decay, or the raw gate input with
+    ``use_gate_in_kernel``, then ``A_log [HV]`` and ``dt_bias [HV * K]`` fp32), beta ``[B, T, HV]``; or the
+    packed ``[1, B * T, ...]`` form with ``cu_seqlens [B + 1]`` of B sequences of one length T. The state
+    ``initial_state [N, HV, V, K]`` (fp32 or bf16, V-major) is updated in place:
+
+    - spec decode, ``ssm_state_indices [B, T]``: the post-state of token t goes to row
+      ``ssm_state_indices[b, t]`` (negative: not written); the seed is row
+      ``ssm_state_indices[b, num_accepted_tokens[b] - 1]`` (``num_accepted_tokens`` None: 1), or, with
+      ``initial_state_source``, row ``initial_state_indices[b]`` of that separate read-only pool;
+    - decode (T = 1) with ``ssm_state_indices [B]``: row ``ssm_state_indices[b]`` is the seed and takes the
+      new state; without indices, row b (``num_spec_tokens`` set: rows ``b * T + t``, as FlashInfer).
+
+    A negative seed index marks a padded row: zero output, nothing read or written. Returns
+    ``(output [B, T, HV, V] in q's dtype and form, initial_state if output_final_state else None)``.
+    Cases FlashInfer leaves undefined (an accept length outside [1, T], indices outside the state, a
+    state row written twice, shapes that disagree, sequences of different lengths) raise
+    ``InvalidArgument`` naming the argument; on the device, where the host cannot look, lengths are
+    clamped and out-of-range rows skipped, both recorded in ``device_errors("cuda")``.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("initial_state", initial_state),
+                    ("initial_state_source", initial_state_source), ("output", output)):
+        if x is None and name not in ("q", "k", "v", "g", "beta"):
+            continue
+        if not hasattr(x, "shape"):
+            raise _bad(name, f"is not an array: {type(x).__name__}")
+    if len(q.shape) != 4:
+        raise _bad("q", f"has shape {tuple(q.shape)}; expected [B, T, H, K] (or [1, B * T, H, K] with cu_seqlens)")
+    packed_shape = None
+    if cu_seqlens is not None:
+        if q.shape[0] != 1:
+            raise _bad("q", f"has shape {tuple(q.shape)}; with cu_seqlens it is [1, B * T, H, K]")
+        B = int(cu_seqlens.shape[0]) - 1
+        if B < 1:
+            raise _bad("cu_seqlens", f"has {int(cu_seqlens.shape[0])} entries; expected B + 1 >= 2")
+        total = int(q.shape[1])
+        if total % B:
+            raise _bad("cu_seqlens", f"describes {B} sequences of {total} tokens: kdagraph takes sequences of one length")
+        T = total // B
+        if _is_host(cu_seqlens):
+            import numpy as np
+
+            c = _host_view(cu_seqlens)
+            if not np.array_equal(c, np.arange(0, total + 1, T)):
+                raise _bad("cu_seqlens", f"= {c.tolist()} is not {B} sequences of {T} tokens each")
+        packed_shape = tuple(q.shape)
+        q, k, v, g, beta = (x.reshape((B, T) + tuple(x.shape[2:])) for x in (q, k, v, g, beta))
+        if output is not None:
+            output = output.reshape((B, T) + tuple(output.shape[2:]))
+    B, T, H, K = (int(d) for d in q.shape)
+    HV, V = int(v.shape[2]), int(v.shape[3])
+    if num_spec_tokens is not None and int(num_spec_tokens) + 1 != T:
+        raise _bad("num_spec_tokens", f"= {num_spec_tokens} but the inputs hold T = {T} tokens per sequence (T = 1 + num_spec_tokens)")
+
+    if use_gate_in_kernel:
+        gate = "lower-bound" if lower_bound is not None else "softplus"
+        if lower_bound is not None and not float(lower_bound) < 0:
+            raise _bad("lower_bound", f"= {lower_bound} must be negative")
+    else:
+        if lower_bound is not None:
+            raise _bad("lower_bound", "is set but use_gate_in_kernel is False: g is already the log decay")
+        gate = "precomputed"
+
+    if (initial_state_source is None) != (initial_state_indices is None):
+        missing = "initial_state_indices" if initial_state_indices is None else "initial_state_source"
+        raise _bad(missing, "is None: initial_state_source and initial_state_indices come together")
+    if initial_state_source is not None and num_accepted_tokens is not None:
+        raise _bad("num_accepted_tokens", "is set with initial_state_source: the seed is initial_state_indices' row")
+
+    # Which rows the verify seeds from and writes to.
+    names = {"states": "initial_state", "seeds": "initial_state", "write_row": "ssm_state_indices",
+             "seed_row": "ssm_state_indices", "seed_token": "num_accepted_tokens", "output": "output"}
+    seed_row = seed_token = None
+    if ssm_state_indices is not None and len(ssm_state_indices.shape) == 2:
+        if tuple(ssm_state_indices.shape) != (B, T):
+            raise _bad("ssm_state_indices", f"has shape {tuple(ssm_state_indices.shape)}; expected [B, T] = [{B}, {T}]")
+        if initial_state is None:
+            raise _bad("initial_state", "is None: spec decode writes into the state pool ssm_state_indices names")
+        write_row = ssm_state_indices
+        if initial_state_source is None:
+            seed_token = num_accepted_tokens if num_accepted_tokens is not None else _ones(q, B)
+    elif ssm_state_indices is not None:
+        if len(ssm_state_indices.shape) != 1 or int(ssm_state_indices.shape[0]) != B:
+            raise _bad("ssm_state_indices", f"has shape {tuple(ssm_state_indices.shape)}; expected [B, T] or, at T = 1, [B]")
+        if T != 1:
+            raise _bad("ssm_state_indices", f"is [B] but T = {T}: a verify of T > 1 tokens needs [B, T] (spec decode)")
+        if num_accepted_tokens is not None:
+            raise _bad("num_accepted_tokens", "is set without spec decode (ssm_state_indices [B, T])")
+        if initial_state is None:
+            raise _bad("initial_state", "is None: ssm_state_indices names rows of the state pool")
+        write_row = ssm_state_indices.reshape(B, 1)
+        seed_row = ssm_state_indices
+        names["write_row"] = names["seed_row"] = "ssm_state_indices"
+    else:
+        if num_accepted_tokens is not None and num_spec_tokens is None:
+            raise _bad("num_accepted_tokens", "is set without spec decode (ssm_state_indices or num_spec_tokens)")
+        if T != 1 and num_spec_tokens is None:
+            raise _bad("q", f"holds T = {T} tokens per sequence: more than one needs num_spec_tokens or ssm_state_indices [B, T]")
+        write_row = _identity_rows(q, B, T)
+        names["write_row"] = "initial_state (rows b * T + t)"
+        if initial_state is None:
+            initial_state = _new(q, (B * T, HV, V, K), "float32", fill=0)
+        if T == 1:
+            seed_row = write_row.reshape(B)
+            names["seed_row"] = "initial_state (row b)"
+        elif initial_state_source is None:
+            seed_token = num_accepted_tokens if num_accepted_tokens is not None else _ones(q, B)
+    seeds = None
+    if initial_state_source is not None:
+        if tuple(initial_state_indices.shape) != (B,):
+            raise _bad("initial_state_indices", f"has shape {tuple(initial_state_indices.shape)}; expected [B] = [{B}]")
+        seeds, seed_row, seed_token = initial_state_source, initial_state_indices, None
+        names["seeds"] = "initial_state_source"
+        names["seed_row"] = "initial_state_indices"
+
+    for name, x, shape in (("ssm_state_indices", ssm_state_indices, None), ("num_accepted_tokens", num_accepted_tokens, (B,)),
+                           ("initial_state_indices", initial_state_indices, (B,))):
+        if x is not None:
+            if "int32" not in str(getattr(x, "dtype", "")):
+                raise _bad(name, f"has dtype {getattr(x, 'dtype', type(x).__name__)}; expected int32")
+            if shape is not None and tuple(x.shape) != shape:
+                raise _bad(name, f"has shape {tuple(x.shape)}; expected {list(shape)}")
+    if _is_host(q):
+        if initial_state is not None and len(initial_state.shape) != 4:
+            raise _bad("initial_state", f"has shape {tuple(initial_state.shape)}; expected [N, HV, V, K]")
+        seeds_rows = int((seeds if seeds is not None else initial_state).shape[0])
+        _check_host_indices(B, T, int(initial_state.shape[0]), write_row, seed_token, seed_row, seeds_rows, names)
+
+    if output is None:
+        output = _new(q, (B, T, HV, V), "like")
+    _kdagraph._verify_indexed(q, k, v, g, beta, output, initial_state, seeds, seed_row, seed_token, write_row,
+                              A_log if use_gate_in_kernel else None, dt_bias if use_gate_in_kernel else None,
+                              bool(use_qk_l2norm_in_kernel), scale, gate,
+                              float(lower_bound) if lower_bound is not None else -5.0, bool(beta_is_logit), stream,
+                              names)
+    if packed_shape is not None:
+        output = output.reshape((1, B * T, HV, V))
+    return output, (initial_state if output_final_state else None)

@@ -1,0 +1,137 @@
+#include "python/src/arrays.h"
+
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#include "kdagraph/error.hpp"
+
+namespace kdagraph::python {
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& name, const std::string& what) {
+  throw InvalidArgument(name, name + " " + what);
+}
+
+std::string join(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// numpy's bfloat16 (ml_dtypes) has no DLPack code: its uint16 view carries the same bits, zero-copy.
+nb::object bf16_bits_view(nb::handle obj, bool& is_bf16) {
+  is_bf16 = false;
+  if (!nb::hasattr(obj, "dtype") || !nb::hasattr(obj, "view") || !nb::hasattr(obj, "__array_interface__"))
+    return nb::borrow(obj);
+  nb::object dtype = obj.attr("dtype");
+  if (!nb::hasattr(dtype, "name") || nb::cast<std::string>(nb::str(dtype.attr("name"))) != "bfloat16")
+    return nb::borrow(obj);
+  is_bf16 = true;
+  nb::object numpy = nb::module_::import_("numpy");
+  return obj.attr("view")(numpy.attr("uint16"));
+}
+
+Elem elem_of(const nb::dlpack::dtype& t, bool numpy_bf16, const std::string& name) {
+  using code = nb::dlpack::dtype_code;
+  if (t.lanes == 1) {
+    if (numpy_bf16 && t.code == uint8_t(code::UInt) && t.bits == 16) return Elem::bf16;
+    if (t.code == uint8_t(code::Float) && t.bits == 32) return Elem::f32;
+    if (t.code == uint8_t(code::Bfloat) && t.bits == 16) return Elem::bf16;
+    if (t.code == uint8_t(code::Int) && t.bits == 32) return Elem::i32;
+  }
+  refuse(name, "has dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) +
+                   " bits): kdagraph takes float32, bfloat16 and int32 arrays");
+}
+
+}  // namespace
+
+const char* to_string(Elem e) {
+  switch (e) {
+    case Elem::f32: return "float32";
+    case Elem::bf16: return "bfloat16";
+    case Elem::i32: return "int32";
+  }
+  return "?";
+}
+
+int64_t Array::size() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string Array::shape_string() const { return join(shape); }
+
+Array take(nb::handle obj, const char* name) {
+  if (obj.is_none()) refuse(name, "is None");
+  bool numpy_bf16 = false;
+  nb::object source = bf16_bits_view(obj, numpy_bf16);
+  nb::ndarray<> nd;
+  if (!nb::try_cast(source, nd, /*convert=*/false))
+    refuse(name, "is not an array with __dlpack__ (numpy, torch, cupy); got " +
+                     nb::cast<std::string>(nb::str(obj.type().attr("__name__"))));
+  Array a;
+  a.name = name;
+  a.elem = elem_of(nd.dtype(), numpy_bf16, name);
+  for (size_t i = 0; i < nd.ndim(); ++i) a.shape.push_back(int64_t(nd.shape(i)));
+  // C-contiguous: strides (in elements) are the running products; extents of 1 may carry any stride.
+  int64_t expect = 1;
+  for (size_t i = nd.ndim(); i-- > 0;) {
+    if (a.shape[i] != 1 && nd.stride(i) != expect)
+      refuse(name, "is not C-contiguous (shape " + a.shape_string() + ", stride " + std::to_string(nd.stride(i)) +
+                       " in dimension " + std::to_string(i) + "): kdagraph works in place and never copies");
+    expect *= a.shape[i];
+  }
+  switch (nd.device_type()) {
+    case nb::device::cpu::value: a.backend = Backend::cpu; break;
+    case nb::device::cuda::value: a.backend = Backend::cuda; break;
+    default: refuse(name, "is in memory of DLPack device type " + std::to_string(nd.device_type()) +
+                              ": kdagraph takes CPU and CUDA arrays");
+  }
+  a.device = nd.device_id();
+  a.data = nd.data();
+  a.owner = std::move(nd);
+  return a;
+}
+
+Array take_optional(nb::handle obj, const char* name) {
+  if (obj.is_none()) {
+    Array a;
+    a.name = name;
+    return a;
+  }
+  return take(obj, name);
+}
+
+void require_elem(const Array& a, std::initializer_list<Elem> allowed) {
+  std::string names;
+  for (Elem e : allowed) {
+    if (a.elem == e) return;
+    names += (names.empty() ? "" : " or ") + std::string(to_string(e));
+  }
+  refuse(a.name, std::string("has dtype ") + to_string(a.elem) + "; expected " + names);
+}
+
+void require_shape(const Array& a, std::initializer_list<int64_t> shape) {
+  const std::vector<int64_t> want(shape);
+  bool ok = want.size() == a.shape.size();
+  for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || want[i] == a.shape[i];
+  if (ok) return;
+  std::string w = "[";
+  for (size_t i = 0; i < want.size(); ++i) w += (i ? ", " : "") + (want[i] < 0 ? std::string("*") : std::to_string(want[i]));
+  refuse(a.name, "has shape " + a.shape_string() + "; expected " + w + "]");
+}
+
+void require_same_place(const Array& a, const Array& reference) {
+  if (a.backend == reference.backend && a.device == reference.device) return;
+  refuse(a.name, std::string("is on ") + to_string(a.backend) + ":" + std::to_string(a.device) + " but " +
+                     reference.name + " is on " + to_string(reference.backend) + ":" + std::to_string(reference.device));
+}
+
+Stream stream_for(Backend backend, uintptr_t handle) {
+  return Stream{backend, backend == Backend::cuda ? reinterpret_cast<cudaStream_t>(handle) : nullptr};
+}
+
+}  // namespace kdagraph::python

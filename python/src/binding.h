@@ -1,0 +1,38 @@
+// The pieces every part of the extension shares: names of dtypes, modes and gates as the command line
+// spells them, the stream a call enqueues on, and the device error word the drop-in functions record in.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <string>
+
+#include "kdagraph/error.hpp"
+#include "kdagraph/types.hpp"
+#include "python/src/arrays.h"
+
+namespace kdagraph::python {
+
+// "float32" / "f32", "bfloat16" / "bf16".
+DType dtype_from(const std::string& name, const char* argument);
+// A Mode, or its command-line name: "two-phase", "fused-accept", "replay".
+Mode mode_from(nb::handle mode);
+// "precomputed" (g is the log decay), "softplus", "lower-bound" (SPEC §1 gate in kernel).
+GateMode gate_from(const std::string& name);
+Backend backend_from(const std::string& name);
+
+// SPEC §1 options as the Python functions take them; scale None means 1 / sqrt(K).
+VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, float lower_bound, bool beta_is_logit);
+
+// The stream to enqueue on: `stream` (an integer handle, or an object with .cuda_stream such as a
+// torch.cuda.Stream) when given; otherwise, on CUDA, torch's current stream when torch is imported and
+// `reference` is a torch tensor (or None), else the legacy default stream 0. Ignored on the CPU.
+Stream resolve_stream(Backend backend, nb::handle stream, nb::handle reference = nb::none());
+
+// The module's device error word for `backend` (host-mapped on CUDA, allocated on first use).
+DeviceErrorWord* module_errors(Backend backend);
+
+void bind_ops(nb::module_& m);
+void bind_classes(nb::module_& m);
+void bind_reference(nb::module_& m);
+
+}  // namespace kdagraph::python

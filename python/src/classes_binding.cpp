@@ -1,0 +1,311 @@
+// SPEC §2–§5 for Python: the owning classes. A Verifier owns pool, scratch, accept lengths and index
+// buffers; a GraphRunner captures its round per bucket (on the CPU, the graph twin that records the
+// round with frozen parameters). The runner's layer inputs are the caller's arrays, sized for the
+// largest bucket, which it keeps alive: the graphs point at them.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kdagraph/graph_runner.hpp"
+#include "kdagraph/verifier.hpp"
+#include "python/src/binding.h"
+
+namespace kdagraph::python {
+namespace {
+
+using namespace nb::literals;
+
+std::vector<int32_t> host_ints(nb::handle obj, const char* name) {
+  std::vector<int32_t> out;
+  if (nb::isinstance<nb::list>(obj) || nb::isinstance<nb::tuple>(obj)) {
+    for (nb::handle x : nb::borrow<nb::sequence>(obj)) out.push_back(nb::cast<int32_t>(x));
+    return out;
+  }
+  const Array a = take(obj, name);
+  require_elem(a, {Elem::i32});
+  require_shape(a, {-1});
+  if (a.backend != Backend::cpu) throw InvalidArgument(name, std::string(name) + " must be host memory (a list or a CPU array)");
+  out.assign(a.as<const int32_t>(), a.as<const int32_t>() + a.dim(0));
+  return out;
+}
+
+struct PyVerifier {
+  std::unique_ptr<Verifier> verifier;
+
+  const VerifierConfig& cfg() const { return verifier->config(); }
+  Stream stream(nb::handle s) const { return resolve_stream(cfg().backend, s); }
+
+  Array state_array(nb::handle obj, const char* name) const {
+    const VerifierConfig& c = cfg();
+    Array a = take(obj, name);
+    require_elem(a, {c.pool.state_dtype == DType::f32 ? Elem::f32 : Elem::bf16});
+    require_shape(a, {c.model.layers, c.model.value_heads, c.model.head_v, c.model.head_k});
+    return a;
+  }
+
+  // A zero-copy view of one of the Verifier's buffers, alive as long as the Verifier object.
+  nb::object view(nb::handle self, void* data, std::vector<size_t> shape, Elem elem) const {
+    nb::dlpack::dtype t = elem == Elem::i32 ? nb::dtype<int32_t>() : elem == Elem::f32 ? nb::dtype<float>() : nb::dtype<uint16_t>();
+    const int device = cfg().backend == Backend::cuda ? nb::device::cuda::value : nb::device::cpu::value;
+    if (cfg().backend == Backend::cpu)
+      return nb::cast(nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), self, nullptr, t, device),
+                      nb::rv_policy::reference);
+    return nb::cast(nb::ndarray<>(data, shape.size(), shape.data(), self, nullptr, t, device), nb::rv_policy::reference);
+  }
+};
+
+// One layer's inputs, kept alive with the graphs that point at them.
+struct LayerArrays {
+  std::vector<Array> arrays;
+  LayerInputs inputs;
+};
+
+LayerArrays layer_arrays(const VerifierConfig& c, nb::handle layer, size_t l) {
+  const std::string at = "inputs[" + std::to_string(l) + "]";
+  if (!nb::isinstance<nb::dict>(layer)) throw InvalidArgument(at, at + " must be a dict of q, k, v, g, beta, o (and A_log, dt_bias)");
+  const nb::dict d = nb::borrow<nb::dict>(layer);
+  const Elem io = c.io_dtype == DType::f32 ? Elem::f32 : Elem::bf16;
+  const int64_t N = c.max_rows, T = c.tokens, H = c.model.heads, HV = c.model.value_heads, K = c.model.head_k,
+                V = c.model.head_v;
+  LayerArrays out;
+  auto get = [&](const char* key, std::initializer_list<int64_t> shape, Elem elem) -> void* {
+    const std::string name = at + "['" + key + "']";
+    if (!d.contains(key)) throw InvalidArgument(name, name + " is missing");
+    Array a = take(d[key], name.c_str());
+    require_elem(a, {elem});
+    require_shape(a, shape);
+    if (a.backend != c.backend)
+      throw InvalidArgument(name, name + " is on " + to_string(a.backend) + " but the verifier is on " + to_string(c.backend));
+    out.arrays.push_back(std::move(a));
+    return out.arrays.back().data;
+  };
+  out.inputs.q = get("q", {N, T, H, K}, io);
+  out.inputs.k = get("k", {N, T, H, K}, io);
+  out.inputs.v = get("v", {N, T, HV, V}, io);
+  out.inputs.g = get("g", {N, T, HV, K}, io);
+  out.inputs.beta = get("beta", {N, T, HV}, io);
+  out.inputs.o = get("o", {N, T, HV, V}, io);
+  if (c.options.gate != GateMode::precomputed) {
+    out.inputs.A_log = static_cast<const float*>(get("A_log", {HV}, Elem::f32));
+    out.inputs.dt_bias = static_cast<const float*>(get("dt_bias", {HV * K}, Elem::f32));
+  }
+  return out;
+}
+
+struct PyRunner {
+  nb::object verifier_object;  // the runner must not outlive its verifier
+  PyVerifier* verifier = nullptr;
+  std::unique_ptr<GraphRunner> runner;  // its hooks hold the layer arrays
+
+  Stream stream(nb::handle s) const { return verifier->stream(s); }
+};
+
+}  // namespace
+
+void bind_classes(nb::module_& m) {
+  nb::class_<PyVerifier>(m, "Verifier",
+                         "The verify round of every KDA layer, owning its storage (SPEC §2-§4): pool [L, P, HV, V, K], "
+                         "scratch, accept lengths, index and batch buffers")
+      .def(
+          "__init__",
+          [](PyVerifier* self, const std::string& backend, int32_t layers, int32_t heads, int32_t value_heads,
+             int32_t head_k, int32_t head_v, int32_t slots, int32_t scratch_steps, int32_t max_rows, int32_t tokens,
+             const std::string& io_dtype, const std::string& state_dtype, nb::handle mode, bool l2norm_qk,
+             nb::handle scale, const std::string& gate, float lower_bound, bool beta_is_logit) {
+            VerifierConfig c;
+            c.backend = backend_from(backend);
+            c.model = ModelShape{layers, heads, value_heads, head_k, head_v};
+            c.pool = PoolShape{slots, scratch_steps, dtype_from(state_dtype, "state_dtype")};
+            c.max_rows = max_rows;
+            c.tokens = tokens;
+            c.io_dtype = dtype_from(io_dtype, "io_dtype");
+            c.mode = mode_from(mode);
+            c.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
+            new (self) PyVerifier{std::make_unique<Verifier>(c)};
+          },
+          nb::kw_only(), "backend"_a = "cpu", "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a,
+          "slots"_a, "scratch_steps"_a, "max_rows"_a, "tokens"_a, "io_dtype"_a = "float32", "state_dtype"_a = "float32",
+          "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(), "gate"_a = "precomputed",
+          "lower_bound"_a = -5.0f, "beta_is_logit"_a = false)
+      .def_prop_ro("backend", [](const PyVerifier& v) { return std::string(to_string(v.cfg().backend)); })
+      .def_prop_ro("mode", [](const PyVerifier& v) { return v.cfg().mode; })
+      .def_prop_ro("tokens", [](const PyVerifier& v) { return v.cfg().tokens; })
+      .def_prop_ro("max_rows", [](const PyVerifier& v) { return v.cfg().max_rows; })
+      .def_prop_ro("slots", [](const PyVerifier& v) { return v.cfg().pool.slots; })
+      .def_prop_ro("batch_size", [](const PyVerifier& v) { return v.verifier->batch_size(); })
+      .def_prop_ro(
+          "pool",
+          [](nb::handle self) {
+            const PyVerifier& v = nb::cast<const PyVerifier&>(self);
+            const VerifierConfig& c = v.cfg();
+            const size_t row = v.verifier->row_stride_bytes() / dtype_size(c.pool.state_dtype);
+            if (row != size_t(c.model.value_heads) * c.model.head_v * c.model.head_k)
+              throw InvalidArgument("pool", "pool rows are padded at this head shape; use read_pool");
+            return v.view(self, v.verifier->pool(),
+                          {size_t(c.model.layers), size_t(c.pool.slots), size_t(c.model.value_heads), size_t(c.model.head_v),
+                           size_t(c.model.head_k)},
+                          c.pool.state_dtype == DType::f32 ? Elem::f32 : Elem::bf16);
+          },
+          "The pool [L, P, HV, V, K], zero-copy (numpy on the CPU, a DLPack array on CUDA; bf16 as uint16 bits)")
+      .def_prop_ro(
+          "accept_len",
+          [](nb::handle self) {
+            const PyVerifier& v = nb::cast<const PyVerifier&>(self);
+            return v.view(self, v.verifier->accept_len(), {size_t(v.cfg().pool.slots)}, Elem::i32);
+          },
+          "accept_len [P] int32, zero-copy")
+      .def(
+          "prefill",
+          [](PyVerifier& v, int32_t slot, nb::handle states, nb::handle stream) {
+            const Array a = v.state_array(states, "states");
+            const Stream s = v.stream(stream);
+            nb::gil_scoped_release release;
+            if (a.backend == Backend::cpu) v.verifier->prefill(s, slot, a.data);
+            else v.verifier->enqueue_prefill(s, slot, a.data);
+          },
+          "slot"_a, "states"_a, "stream"_a.none() = nb::none(),
+          "A request joins: pool[l][slot] = states[l] ([L, HV, V, K], state dtype), accept_len[slot] = 0. From host "
+          "memory it returns when done; from device memory it is stream-ordered.")
+      .def(
+          "read_pool",
+          [](PyVerifier& v, int32_t slot, nb::handle out, nb::handle stream) {
+            const Array a = v.state_array(out, "out");
+            if (a.backend != Backend::cpu) throw InvalidArgument("out", "out must be host memory");
+            const Stream s = v.stream(stream);
+            nb::gil_scoped_release release;
+            v.verifier->read_pool(s, slot, a.data);
+          },
+          "slot"_a, "out"_a, "stream"_a.none() = nb::none(),
+          "Copies pool[l][slot] of every layer into `out` (host [L, HV, V, K]); materialize first in fused-accept mode.")
+      .def(
+          "set_batch",
+          [](PyVerifier& v, nb::handle slots, nb::handle stream) {
+            const std::vector<int32_t> s = host_ints(slots, "slots");
+            const Stream st = v.stream(stream);
+            nb::gil_scoped_release release;
+            v.verifier->set_batch(st, s.data(), int32_t(s.size()));
+          },
+          "slots"_a, "stream"_a.none() = nb::none())
+      .def(
+          "accept_from_host",
+          [](PyVerifier& v, nb::handle accepted, nb::handle stream) {
+            const std::vector<int32_t> a = host_ints(accepted, "accepted");
+            const Stream st = v.stream(stream);
+            nb::gil_scoped_release release;
+            v.verifier->enqueue_accept_from_host(st, a.data(), int32_t(a.size()));
+          },
+          "accepted"_a, "stream"_a.none() = nb::none(), "Accept lengths of the current batch from host memory, checked in [1, T].")
+      .def(
+          "commit",
+          [](PyVerifier& v, int32_t rows, nb::handle stream) {
+            const Stream st = v.stream(stream);
+            nb::gil_scoped_release release;
+            v.verifier->enqueue_commit(st, rows);
+          },
+          "rows"_a, "stream"_a.none() = nb::none())
+      .def(
+          "materialize",
+          [](PyVerifier& v, nb::handle slots, nb::handle stream) {
+            const std::vector<int32_t> s = host_ints(slots, "slots");
+            const Stream st = v.stream(stream);
+            nb::gil_scoped_release release;
+            v.verifier->enqueue_materialize(st, s.data(), int32_t(s.size()));
+          },
+          "slots"_a, "stream"_a.none() = nb::none(), "SPEC §3 materialize of the listed slots (host list).")
+      .def("device_errors",
+           [](const PyVerifier& v) {
+             const DeviceErrorWord w = v.verifier->device_errors();
+             nb::dict d;
+             d["code"] = to_string(DeviceErrorCode(w.code));
+             d["row"] = w.row;
+             d["value"] = w.value;
+             d["count"] = w.count;
+             return d;
+           })
+      .def("clear_device_errors", [](PyVerifier& v) { v.verifier->clear_device_errors(); });
+
+  nb::class_<PyRunner>(m, "GraphRunner",
+                       "Bucketed graphs of a Verifier's whole round (SPEC §5); on the CPU, the graph twin. `inputs`: one "
+                       "dict per layer of q, k, v, g, beta, o (and A_log, dt_bias with the gate in the kernel), each "
+                       "sized for max_rows; the graphs point at them, so they must stay where they are.")
+      .def(
+          "__init__",
+          [](PyRunner* self, nb::handle verifier, nb::handle inputs, std::optional<std::vector<int32_t>> buckets,
+             const std::string& exec, bool strict) {
+            PyVerifier& v = nb::cast<PyVerifier&>(verifier);
+            const VerifierConfig& c = v.cfg();
+            std::vector<LayerArrays> layers;
+            const nb::sequence seq = nb::borrow<nb::sequence>(inputs);
+            if (int64_t(nb::len(seq)) != c.model.layers)
+              throw InvalidArgument("inputs", "inputs lists " + std::to_string(nb::len(seq)) + " layers; the verifier has " +
+                                                  std::to_string(c.model.layers));
+            for (size_t l = 0; l < nb::len(seq); ++l) layers.push_back(layer_arrays(c, seq[l], l));
+            RunnerConfig rc;
+            if (buckets) rc.buckets = *buckets;
+            if (exec == "graph") rc.exec = Exec::graph;
+            else if (exec == "eager") rc.exec = Exec::eager;
+            else throw InvalidArgument("exec", "exec = '" + exec + "' is not 'graph' or 'eager'");
+            rc.strict = strict;
+            auto held = std::make_shared<std::vector<LayerArrays>>(std::move(layers));
+            RoundHooks hooks;
+            hooks.layer_inputs = [held](int32_t layer) { return (*held)[size_t(layer)].inputs; };
+            auto runner = std::make_unique<GraphRunner>(*v.verifier, std::move(hooks), rc);
+            new (self) PyRunner{nb::borrow(verifier), &v, std::move(runner)};
+          },
+          "verifier"_a, "inputs"_a, nb::kw_only(), "buckets"_a = nb::none(), "exec"_a = "graph", "strict"_a = false)
+      .def(
+          "capture",
+          [](PyRunner& r, nb::handle stream) {
+            const Stream s = r.stream(stream);
+            nb::gil_scoped_release release;
+            r.runner->capture(s);
+          },
+          "stream"_a.none() = nb::none(), "Captures every bucket, largest first (on CUDA: a created stream, not stream 0).")
+      .def_prop_ro("captured", [](const PyRunner& r) { return r.runner->captured(); })
+      .def_prop_ro("buckets", [](const PyRunner& r) { return r.runner->plan().buckets(); })
+      .def_prop_ro("rows", [](const PyRunner& r) { return r.runner->rows(); },
+                   "Rows the current batch runs with: its bucket, or n when it runs eagerly")
+      .def(
+          "set_batch",
+          [](PyRunner& r, nb::handle slots, nb::handle stream) {
+            const std::vector<int32_t> s = host_ints(slots, "slots");
+            const Stream st = r.stream(stream);
+            nb::gil_scoped_release release;
+            r.runner->set_batch(st, s.data(), int32_t(s.size()));
+          },
+          "slots"_a, "stream"_a.none() = nb::none())
+      .def(
+          "run_round",
+          [](PyRunner& r, nb::handle stream) {
+            const Stream st = r.stream(stream);
+            nb::gil_scoped_release release;
+            r.runner->run_round(st);
+          },
+          "stream"_a.none() = nb::none(), "One round of the current batch: one graph launch (or an eager round).")
+      .def(
+          "accept",
+          [](PyRunner& r, nb::handle accepted, nb::handle stream) {
+            const VerifierConfig& c = r.verifier->cfg();
+            const Array a = take(accepted, "accepted");
+            require_elem(a, {Elem::i32});
+            require_shape(a, {r.runner->rows()});
+            if (a.backend != c.backend)
+              throw InvalidArgument("accepted", std::string("accepted is on ") + to_string(a.backend) + " but the verifier is on " +
+                                                    to_string(c.backend));
+            const Stream st = r.stream(stream);
+            nb::gil_scoped_release release;
+            r.runner->accept(st, a.as<const int32_t>());
+          },
+          "accepted"_a, "stream"_a.none() = nb::none(),
+          "The accept step after the engine's sampler: accepted [rows] int32 in backend memory; then, in two-phase "
+          "mode, the commit.");
+}
+
+}  // namespace kdagraph::python

@@ -1,0 +1,169 @@
+// kdagraph._kdagraph (SPEC §11): the library's operations and owning classes for Python. The package
+// kdagraph (python/kdagraph/__init__.py) puts the engines' signatures on top of it.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <memory>
+
+#include "kernels/memory.h"
+#include "python/src/binding.h"
+
+namespace nb = nanobind;
+
+namespace kdagraph::python {
+
+DType dtype_from(const std::string& name, const char* argument) {
+  if (name == "float32" || name == "f32") return DType::f32;
+  if (name == "bfloat16" || name == "bf16") return DType::bf16;
+  throw InvalidArgument(argument, std::string(argument) + " = '" + name + "' is not 'float32' or 'bfloat16'");
+}
+
+Mode mode_from(nb::handle mode) {
+  if (nb::isinstance<nb::str>(mode)) {
+    const std::string name = nb::cast<std::string>(mode);
+    for (Mode m : {Mode::two_phase, Mode::fused_accept, Mode::replay})
+      if (name == to_string(m)) return m;
+    throw InvalidArgument("mode", "mode = '" + name + "' is not 'two-phase', 'fused-accept' or 'replay'");
+  }
+  Mode m;
+  if (!nb::try_cast(mode, m)) throw InvalidArgument("mode", "mode must be a kdagraph.Mode or its name");
+  return m;
+}
+
+GateMode gate_from(const std::string& name) {
+  if (name == "precomputed") return GateMode::precomputed;
+  if (name == "softplus") return GateMode::softplus;
+  if (name == "lower-bound") return GateMode::lower_bound;
+  throw InvalidArgument("gate", "gate = '" + name + "' is not 'precomputed', 'softplus' or 'lower-bound'");
+}
+
+Backend backend_from(const std::string& name) {
+  if (name == "cpu") return Backend::cpu;
+  if (name == "cuda") return Backend::cuda;
+  throw InvalidArgument("backend", "backend = '" + name + "' is not 'cpu' or 'cuda'");
+}
+
+VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, float lower_bound, bool beta_is_logit) {
+  VerifyOptions o;
+  o.l2norm_qk = l2norm_qk;
+  o.use_scale = true;
+  o.scale = scale.is_none() ? 0.0f : nb::cast<float>(scale);
+  if (!scale.is_none() && o.scale == 0.0f)
+    throw InvalidArgument("scale", "scale = 0 would zero every output; pass None for 1 / sqrt(K)");
+  o.gate = gate;
+  o.gate_lower_bound = lower_bound;
+  o.beta_is_logit = beta_is_logit;
+  return o;
+}
+
+Stream resolve_stream(Backend backend, nb::handle stream, nb::handle reference) {
+  if (backend == Backend::cpu) return Stream{Backend::cpu, nullptr};
+  if (!stream.is_none()) {
+    nb::handle h = stream;
+    nb::object attr;
+    if (nb::hasattr(stream, "cuda_stream")) {
+      attr = stream.attr("cuda_stream");
+      h = attr;
+    }
+    uintptr_t handle = 0;
+    if (!nb::try_cast(h, handle)) throw InvalidArgument("stream", "stream must be an integer handle or a torch.cuda.Stream");
+    return stream_for(backend, handle);
+  }
+  nb::object modules = nb::module_::import_("sys").attr("modules");
+  if (modules.attr("__contains__")("torch")) {
+    nb::object torch = modules["torch"];
+    nb::object device = nb::none();
+    if (!reference.is_none()) {
+      if (!nb::cast<bool>(torch.attr("is_tensor")(reference))) return stream_for(backend, 0);
+      device = reference.attr("device");
+    }
+    nb::object current = torch.attr("cuda").attr("current_stream")(device);
+    return stream_for(backend, nb::cast<uintptr_t>(current.attr("cuda_stream")));
+  }
+  return stream_for(backend, 0);
+}
+
+namespace {
+
+// One word per backend, for the module's lifetime: host-mapped pinned memory on CUDA, made on first use.
+struct ErrorWord {
+  DeviceErrorWord* device = nullptr;
+  DeviceErrorWord* host = nullptr;
+};
+
+ErrorWord& error_word(Backend backend) {
+  static DeviceErrorWord cpu_word;
+  static ErrorWord cpu{&cpu_word, &cpu_word};
+  static std::unique_ptr<detail::MappedHostBuffer> mapped;
+  static ErrorWord cuda;
+  if (backend == Backend::cpu) return cpu;
+  if (!mapped) {
+    mapped = std::make_unique<detail::MappedHostBuffer>(Backend::cuda, sizeof(DeviceErrorWord));
+    cuda = ErrorWord{static_cast<DeviceErrorWord*>(mapped->device()), static_cast<DeviceErrorWord*>(mapped->host())};
+    clear_device_errors(cuda.host);
+  }
+  return cuda;
+}
+
+nb::dict errors_dict(const DeviceErrorWord& w) {
+  nb::dict d;
+  d["code"] = to_string(DeviceErrorCode(w.code));
+  d["row"] = w.row;
+  d["value"] = w.value;
+  d["count"] = w.count;
+  return d;
+}
+
+}  // namespace
+
+DeviceErrorWord* module_errors(Backend backend) { return error_word(backend).device; }
+
+}  // namespace kdagraph::python
+
+using namespace kdagraph;
+using namespace kdagraph::python;
+
+NB_MODULE(_kdagraph, m) {
+  m.doc() = "kdagraph: the speculative-decoding verify of Kimi Delta Attention layers (SPEC §11)";
+
+  static nb::object invalid_argument = nb::steal(PyErr_NewExceptionWithDoc(
+      "kdagraph.InvalidArgument",
+      "A bad argument: a ValueError whose `argument` names it (kdagraph::InvalidArgument).", PyExc_ValueError, nullptr));
+  m.attr("InvalidArgument") = invalid_argument;
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const InvalidArgument& e) {
+      nb::object exc = invalid_argument(e.what());
+      exc.attr("argument") = e.argument();
+      PyErr_SetObject(invalid_argument.ptr(), exc.ptr());
+    } catch (const Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  nb::enum_<Mode>(m, "Mode", "How the state advances between rounds (SPEC §3)")
+      .value("two_phase", Mode::two_phase)
+      .value("fused_accept", Mode::fused_accept)
+      .value("replay", Mode::replay);
+
+#if defined(KDAGRAPH_WITH_CUDA)
+  m.attr("built_with_cuda") = true;
+#else
+  m.attr("built_with_cuda") = false;
+#endif
+  m.def("cuda_available", &cuda_available, "True when kdagraph was built with CUDA and a device is visible");
+  m.def(
+      "device_errors",
+      [](const std::string& backend) { return errors_dict(read_device_errors(error_word(backend_from(backend)).host)); },
+      nb::arg("backend") = "cpu",
+      "What the device clamped in the drop-in functions' calls (SPEC §6): code, row, value, count.");
+  m.def(
+      "clear_device_errors", [](const std::string& backend) { clear_device_errors(error_word(backend_from(backend)).host); },
+      nb::arg("backend") = "cpu");
+
+  bind_ops(m);
+  bind_classes(m);
+  nb::module_ reference = m.def_submodule("_reference", "The C++ reference engine and its synthetic inputs (tests)");
+  bind_reference(reference);
+}

@@ -1,0 +1,461 @@
+// SPEC §10, §11: the operations over caller-owned arrays. The drop-in functions of the package
+// (recurrent_kda, build_fused_accept_indices) call _verify_indexed and _build_slot_indices; the ops of a
+// round (build_indices, verify_layer, accept, commit, materialize) take a RoundSpec, the caller's
+// SlotStorage and its RoundIndices. Every array is checked here, naming its Python argument; the
+// library then validates the views. The GIL is released while the work runs.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kdagraph/ops.hpp"
+#include "kernels/memory.h"
+#include "python/src/binding.h"
+
+namespace kdagraph::python {
+namespace {
+
+using namespace nb::literals;
+
+// The Python name of a drop-in's argument (recurrent_kda passes its own names for the arrays it maps).
+std::string name_of(const nb::dict& names, const char* param) {
+  return names.contains(param) ? nb::cast<std::string>(names[param]) : std::string(param);
+}
+
+void require_io(const Array& a, const Array& q) {
+  require_same_place(a, q);
+  if (a.elem != q.elem)
+    throw InvalidArgument(a.name, a.name + " has dtype " + to_string(a.elem) + " but q has " + to_string(q.elem) +
+                                      ": every input and the output share one dtype");
+}
+
+// A one-layer view of a [rows, HV, V, K] state array.
+StateView one_layer(const Array& a) {
+  const int64_t row = a.dim(1) * a.dim(2) * a.dim(3);
+  return state_view(a.data, dtype_of(a.elem), 1, a.dim(0) * row, a.dim(0), row);
+}
+
+// ---- the drop-ins' operations --------------------------------------------------------------------
+
+void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, nb::handle beta_, nb::handle o_,
+                    nb::handle states_, nb::handle seeds_, nb::handle seed_row_, nb::handle seed_token_,
+                    nb::handle write_row_, nb::handle A_log_, nb::handle dt_bias_, bool l2norm, nb::handle scale,
+                    const std::string& gate, float lower_bound, bool beta_is_logit, nb::handle stream,
+                    const nb::dict& names) {
+  const Array q = take(q_, name_of(names, "q").c_str());
+  require_elem(q, {Elem::f32, Elem::bf16});
+  require_shape(q, {-1, -1, -1, -1});
+  const int64_t B = q.dim(0), T = q.dim(1), H = q.dim(2), K = q.dim(3);
+  const Array v = take(v_, name_of(names, "v").c_str());
+  require_shape(v, {B, T, -1, -1});
+  const int64_t HV = v.dim(2), V = v.dim(3);
+  const Array k = take(k_, name_of(names, "k").c_str());
+  const Array g = take(g_, name_of(names, "g").c_str());
+  const Array beta = take(beta_, name_of(names, "beta").c_str());
+  const Array o = take(o_, name_of(names, "output").c_str());
+  require_shape(k, {B, T, H, K});
+  require_shape(g, {B, T, HV, K});
+  require_shape(beta, {B, T, HV});
+  require_shape(o, {B, T, HV, V});
+  for (const Array* a : {&k, &v, &g, &beta, &o}) require_io(*a, q);
+
+  const Array states = take(states_, name_of(names, "states").c_str());
+  require_elem(states, {Elem::f32, Elem::bf16});
+  require_shape(states, {-1, HV, V, K});
+  require_same_place(states, q);
+  const Array seeds = take_optional(seeds_, name_of(names, "seeds").c_str());
+  if (seeds.data != nullptr) {
+    require_shape(seeds, {-1, HV, V, K});
+    require_same_place(seeds, q);
+    if (seeds.elem != states.elem)
+      throw InvalidArgument(seeds.name, seeds.name + " has dtype " + to_string(seeds.elem) + " but " + states.name +
+                                            " has " + to_string(states.elem));
+  }
+  auto index = [&](nb::handle obj, const char* param, std::initializer_list<int64_t> shape) {
+    Array a = take_optional(obj, name_of(names, param).c_str());
+    if (a.data == nullptr) return a;
+    require_elem(a, {Elem::i32});
+    require_shape(a, shape);
+    require_same_place(a, q);
+    return a;
+  };
+  const Array seed_row = index(seed_row_, "seed_row", {B});
+  const Array seed_token = index(seed_token_, "seed_token", {B});
+  const Array write_row = index(write_row_, "write_row", {B, T});
+  const GateMode gate_mode = gate_from(gate);
+  const Array A_log = take_optional(A_log_, name_of(names, "A_log").c_str());
+  const Array dt_bias = take_optional(dt_bias_, name_of(names, "dt_bias").c_str());
+  if (gate_mode != GateMode::precomputed) {
+    if (A_log.data == nullptr) throw InvalidArgument(A_log.name, A_log.name + " is None: the gate in the kernel needs it");
+    if (dt_bias.data == nullptr) throw InvalidArgument(dt_bias.name, dt_bias.name + " is None: the gate in the kernel needs it");
+    require_elem(A_log, {Elem::f32});
+    require_elem(dt_bias, {Elem::f32});
+    require_same_place(A_log, q);
+    require_same_place(dt_bias, q);
+    if (A_log.size() != HV)
+      throw InvalidArgument(A_log.name, A_log.name + " has shape " + A_log.shape_string() + "; expected [" + std::to_string(HV) + "]");
+    if (dt_bias.size() != HV * K)
+      throw InvalidArgument(dt_bias.name, dt_bias.name + " has shape " + dt_bias.shape_string() + "; expected [" +
+                                              std::to_string(HV) + " * " + std::to_string(K) + "]");
+  }
+  if (write_row.data == nullptr) throw InvalidArgument(write_row.name, write_row.name + " is None");
+
+  RoundSpec spec;
+  spec.model = ModelShape{1, int32_t(H), int32_t(HV), int32_t(K), int32_t(V)};
+  spec.tokens = int32_t(T);
+  spec.io_dtype = dtype_of(q.elem);
+  spec.options = verify_options(l2norm, scale, gate_mode, lower_bound, beta_is_logit);
+  IndexedRows idx;
+  idx.seed_row = seed_row.as<const int32_t>();
+  idx.seed_token = seed_token.as<const int32_t>();
+  idx.write_row = write_row.as<const int32_t>();
+  LayerInputs in;
+  in.q = q.data;
+  in.k = k.data;
+  in.v = v.data;
+  in.g = g.data;
+  in.beta = beta.data;
+  in.o = o.data;
+  in.A_log = gate_mode != GateMode::precomputed ? A_log.as<const float>() : nullptr;
+  in.dt_bias = gate_mode != GateMode::precomputed ? dt_bias.as<const float>() : nullptr;
+  const Stream s = resolve_stream(q.backend, stream, q_);
+  const StateView seeds_view = seeds.data != nullptr ? one_layer(seeds) : one_layer(states);
+  DeviceErrorWord* errors = module_errors(q.backend);
+  nb::gil_scoped_release release;
+  ops::verify_indexed(s, spec, seeds_view, one_layer(states), idx, int32_t(B), 0, in, errors);
+}
+
+void build_slot_indices(nb::handle slots_, nb::handle pool_, int64_t scratch_steps, int64_t tokens,
+                        nb::handle write_row_, nb::handle accepted_, nb::handle stream) {
+  const Array slots = take(slots_, "slots");
+  require_elem(slots, {Elem::i32});
+  require_shape(slots, {-1});
+  const int64_t N = slots.dim(0);
+  const Array pool = take(pool_, "accept_lens_pool");
+  require_elem(pool, {Elem::i32});
+  require_shape(pool, {-1});
+  require_same_place(pool, slots);
+  const Array write_row = take(write_row_, "ssm_state_indices");
+  require_elem(write_row, {Elem::i32});
+  require_shape(write_row, {N, tokens});
+  require_same_place(write_row, slots);
+  const Array accepted = take(accepted_, "num_accepted_tokens");
+  require_elem(accepted, {Elem::i32});
+  require_shape(accepted, {N});
+  require_same_place(accepted, slots);
+  require_in_range("build_fused_accept_indices", "scratch_steps", scratch_steps, 1, 1 << 16);
+  require_in_range("build_fused_accept_indices", "draft_token_num", tokens, 1, scratch_steps);
+  const Stream s = resolve_stream(slots.backend, stream, slots_);
+  DeviceErrorWord* errors = module_errors(slots.backend);
+  nb::gil_scoped_release release;
+  ops::build_slot_indices(s, slots.as<const int32_t>(), int32_t(N), pool.as<const int32_t>(), int32_t(pool.dim(0)),
+                          int32_t(scratch_steps), int32_t(tokens), write_row.as<int32_t>(), accepted.as<int32_t>(), errors);
+}
+
+// ---- the ops of a round over caller-owned storage -------------------------------------------------
+
+// What every op of a round agrees on (ops.hpp RoundSpec).
+struct PySpec {
+  RoundSpec spec;
+};
+
+// A state of every layer: one array [L, rows, HV, V, K], or a list of L arrays [rows, HV, V, K] whose
+// bases go into a table in backend memory (vLLM's tensor per layer).
+struct LayerStates {
+  std::vector<Array> arrays;
+  detail::Buffer table;
+  StateView view;
+};
+
+LayerStates layer_states(nb::handle obj, const char* name, const RoundSpec& spec, Elem elem_or_io, bool is_cache,
+                         int64_t row_elems) {
+  LayerStates out;
+  const ModelShape& m = spec.model;
+  const bool list = nb::isinstance<nb::list>(obj) || nb::isinstance<nb::tuple>(obj);
+  auto check = [&](const Array& a, bool per_layer) {
+    if (is_cache) {
+      require_elem(a, {elem_or_io});
+      // Rows of at least row_elems elements; the last extent is the row stride (16-byte multiple).
+      if (per_layer) require_shape(a, {-1, -1});
+      else require_shape(a, {m.layers, -1, -1});
+    } else {
+      require_elem(a, {Elem::f32, Elem::bf16});
+      if (per_layer) require_shape(a, {-1, m.value_heads, m.head_v, m.head_k});
+      else require_shape(a, {m.layers, -1, m.value_heads, m.head_v, m.head_k});
+    }
+  };
+  if (!list) {
+    out.arrays.push_back(take(obj, name));
+    const Array& a = out.arrays[0];
+    check(a, false);
+    const int64_t rows = a.dim(1), stride = is_cache ? a.dim(2) : row_elems;
+    out.view = state_view(a.data, dtype_of(a.elem), m.layers, rows * stride, rows, stride);
+    return out;
+  }
+  const nb::sequence seq = nb::borrow<nb::sequence>(obj);
+  if (int64_t(nb::len(seq)) != m.layers)
+    throw InvalidArgument(name, std::string(name) + " lists " + std::to_string(nb::len(seq)) + " arrays; expected one per layer (" +
+                                    std::to_string(m.layers) + ")");
+  std::vector<void*> bases;
+  for (size_t l = 0; l < nb::len(seq); ++l) {
+    const std::string arg = std::string(name) + "[" + std::to_string(l) + "]";
+    out.arrays.push_back(take(seq[l], arg.c_str()));
+    const Array& a = out.arrays.back();
+    check(a, true);
+    require_same_place(a, out.arrays[0]);
+    if (a.dim(0) != out.arrays[0].dim(0) || a.elem != out.arrays[0].elem)
+      throw InvalidArgument(arg, arg + " differs in rows or dtype from " + out.arrays[0].name);
+    bases.push_back(a.data);
+  }
+  const Array& first = out.arrays[0];
+  out.table = detail::Buffer::copy_of(first.backend, bases);
+  out.view = state_view_table(out.table.as<void* const>(), dtype_of(first.elem), m.layers, first.dim(0),
+                              is_cache ? first.dim(1) : row_elems);
+  return out;
+}
+
+Backend backend_of(const LayerStates& s) { return s.arrays[0].backend; }
+
+// The caller's per-slot storage (SPEC §2) as the ops see it; it keeps the arrays alive.
+struct PyStorage {
+  RoundSpec spec;
+  LayerStates pool, scratch, cache;
+  Array accept_len, cache_parity;
+  SlotStorage storage;
+  Backend backend = Backend::cpu;
+
+  PyStorage(const PySpec& sp, nb::handle pool_, nb::handle accept_len_, int32_t scratch_steps, nb::handle scratch_,
+            nb::handle token_cache_, nb::handle cache_parity_)
+      : spec(sp.spec) {
+    const int64_t row = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
+    pool = layer_states(pool_, "pool", spec, Elem::f32, false, row);
+    backend = backend_of(pool);
+    accept_len = take(accept_len_, "accept_len");
+    require_elem(accept_len, {Elem::i32});
+    require_shape(accept_len, {-1});
+    require_same_place(accept_len, pool.arrays[0]);
+    storage.slots = int32_t(accept_len.dim(0));
+    storage.scratch_steps = scratch_steps;
+    storage.pool = pool.view;
+    storage.accept_len = accept_len.as<int32_t>();
+    storage.errors = module_errors(backend);
+    const ModePolicy policy = mode_policy(spec.mode);
+    if (policy.per_token_scratch) {
+      if (scratch_.is_none()) throw InvalidArgument("scratch", std::string("scratch is None: mode ") + to_string(spec.mode) + " keeps per-token states");
+      scratch = layer_states(scratch_, "scratch", spec, Elem::f32, false, row);
+      require_same_place(scratch.arrays[0], pool.arrays[0]);
+      storage.scratch = scratch.view;
+    }
+    if (policy.token_cache) {
+      const Elem io = spec.io_dtype == DType::f32 ? Elem::f32 : Elem::bf16;
+      if (token_cache_.is_none() || cache_parity_.is_none())
+        throw InvalidArgument(token_cache_.is_none() ? "token_cache" : "cache_parity",
+                              "replay mode needs token_cache [L, 2 P, token_cache_row_elems] and cache_parity [P]");
+      cache = layer_states(token_cache_, "token_cache", spec, io, true, token_cache_row_elems(spec));
+      require_same_place(cache.arrays[0], pool.arrays[0]);
+      storage.token_cache = cache.view;
+      cache_parity = take(cache_parity_, "cache_parity");
+      require_elem(cache_parity, {Elem::i32});
+      require_shape(cache_parity, {storage.slots});
+      storage.cache_parity = cache_parity.as<int32_t>();
+    }
+  }
+};
+
+// The caller's index storage: round_index_elems(rows, tokens) int32.
+struct PyIndices {
+  Array storage;
+  RoundIndices idx;
+  PyIndices(nb::handle storage_, int32_t rows, int32_t tokens) {
+    storage = take(storage_, "storage");
+    require_elem(storage, {Elem::i32});
+    require_shape(storage, {round_index_elems(rows, tokens)});
+    idx = round_indices(storage.as<int32_t>(), rows, tokens);
+  }
+};
+
+Array int_array(nb::handle obj, const char* name, int64_t length, const PyStorage& st) {
+  Array a = take(obj, name);
+  require_elem(a, {Elem::i32});
+  require_shape(a, {length});
+  require_same_place(a, st.pool.arrays[0]);
+  return a;
+}
+
+void require_backend_match(const PyStorage& st, const PyIndices& idx) {
+  require_same_place(idx.storage, st.pool.arrays[0]);
+}
+
+}  // namespace
+
+void bind_ops(nb::module_& m) {
+  m.def("_verify_indexed", &verify_indexed, "q"_a, "k"_a, "v"_a, "g"_a, "beta"_a, "output"_a, "states"_a,
+        "seeds"_a.none(), "seed_row"_a.none(), "seed_token"_a.none(), "write_row"_a.none(), "A_log"_a.none(),
+        "dt_bias"_a.none(), "use_qk_l2norm_in_kernel"_a, "scale"_a.none(), "gate"_a, "lower_bound"_a,
+        "beta_is_logit"_a, "stream"_a.none(), "names"_a,
+        "SPEC §11: the verify over rows the caller names (ops::verify_indexed); recurrent_kda's engine.");
+  m.def("_build_slot_indices", &build_slot_indices, "slots"_a, "accept_lens_pool"_a, "scratch_steps"_a,
+        "draft_token_num"_a, "ssm_state_indices"_a, "num_accepted_tokens"_a, "stream"_a.none(),
+        "SPEC §4, §11: SGLang's fused-accept index pair (ops::build_slot_indices).");
+
+  nb::class_<PySpec>(m, "RoundSpec", "What every operation of a round agrees on (ops.hpp RoundSpec)")
+      .def(
+          "__init__",
+          [](PySpec* self, int32_t layers, int32_t heads, int32_t value_heads, int32_t head_k, int32_t head_v,
+             int32_t tokens, const std::string& io_dtype, nb::handle mode, bool l2norm_qk, nb::handle scale,
+             const std::string& gate, float lower_bound, bool beta_is_logit) {
+            RoundSpec spec;
+            spec.model = ModelShape{layers, heads, value_heads, head_k, head_v};
+            spec.tokens = tokens;
+            spec.io_dtype = dtype_from(io_dtype, "io_dtype");
+            spec.mode = mode_from(mode);
+            spec.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
+            new (self) PySpec{spec};
+          },
+          nb::kw_only(), "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a, "tokens"_a,
+          "io_dtype"_a = "float32", "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(),
+          "gate"_a = "precomputed", "lower_bound"_a = -5.0f, "beta_is_logit"_a = false)
+      .def_prop_ro("layers", [](const PySpec& s) { return s.spec.model.layers; })
+      .def_prop_ro("tokens", [](const PySpec& s) { return s.spec.tokens; })
+      .def_prop_ro("mode", [](const PySpec& s) { return s.spec.mode; })
+      .def_prop_ro("token_cache_row_elems", [](const PySpec& s) { return token_cache_row_elems(s.spec); },
+                   "Elements of one token cache row (replay); a row stride rounds it up to 16 bytes")
+      .def_prop_ro(
+          "token_cache_row_stride",
+          [](const PySpec& s) {
+            const int64_t per16 = 16 / int64_t(dtype_size(s.spec.io_dtype));
+            return (token_cache_row_elems(s.spec) + per16 - 1) / per16 * per16;
+          },
+          "The last extent of a compact token cache [L, 2 P, stride]");
+
+  nb::class_<PyStorage>(m, "SlotStorage",
+                        "The caller's per-slot storage (SPEC §2, §10): pool and scratch as one array [L, rows, HV, V, K] "
+                        "or a list of L arrays [rows, HV, V, K]; accept_len [P] int32; replay's token cache")
+      .def(nb::init<const PySpec&, nb::handle, nb::handle, int32_t, nb::handle, nb::handle, nb::handle>(), "spec"_a,
+           nb::kw_only(), "pool"_a, "accept_len"_a, "scratch_steps"_a, "scratch"_a.none() = nb::none(),
+           "token_cache"_a.none() = nb::none(), "cache_parity"_a.none() = nb::none())
+      .def_prop_ro("slots", [](const PyStorage& s) { return s.storage.slots; })
+      .def_prop_ro("scratch_steps", [](const PyStorage& s) { return s.storage.scratch_steps; });
+
+  nb::class_<PyIndices>(m, "RoundIndices", "A round's indices in the caller's int32 array of round_index_elems(rows, tokens)")
+      .def(nb::init<nb::handle, int32_t, int32_t>(), "storage"_a, "rows"_a, "tokens"_a)
+      .def_prop_ro("capacity", [](const PyIndices& i) { return i.idx.capacity; });
+  m.def("round_index_elems", &round_index_elems, "rows"_a, "tokens"_a);
+  m.def(
+      "round_index_offsets",
+      [](int32_t rows, int32_t tokens) {
+        std::vector<int32_t> base(size_t(round_index_elems(rows, tokens)));
+        const RoundIndices idx = round_indices(base.data(), rows, tokens);
+        nb::dict d;
+        auto at = [&](const char* name, const int32_t* p, int64_t n) { d[name] = nb::make_tuple(p - base.data(), n); };
+        at("row_slot", idx.row_slot, rows);
+        at("seed_pool", idx.seed_pool, rows);
+        at("seed_scratch", idx.seed_scratch, rows);
+        at("seed_accept", idx.seed_accept, rows);
+        at("row_accept", idx.row_accept, rows);
+        at("replay_from", idx.replay_from, rows);
+        at("cache_to", idx.cache_to, rows);
+        at("write_row", idx.write_row, int64_t(rows) * tokens);
+        return d;
+      },
+      "rows"_a, "tokens"_a, "Where each array of RoundIndices starts in its storage, and its length: {name: (offset, length)}");
+
+  m.def(
+      "build_indices",
+      [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, nb::handle slots_, nb::handle n_real_,
+         int32_t rows, nb::handle stream) {
+        require_backend_match(st, idx);
+        const Array slots = int_array(slots_, "slots", rows, st);
+        const Array n_real = int_array(n_real_, "n_real", 1, st);
+        const Stream s = resolve_stream(st.backend, stream, slots_);
+        nb::gil_scoped_release release;
+        ops::build_indices(s, spec.spec, st.storage, BatchView{slots.as<const int32_t>(), n_real.as<const int32_t>(), rows},
+                           idx.idx);
+      },
+      "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "slots"_a, "n_real"_a, "rows"_a, "stream"_a.none() = nb::none(),
+      "SPEC §4: the round's indices from the batch (slots [rows], n_real [1], backend memory).");
+  m.def(
+      "verify_layer",
+      [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, int32_t layer, nb::handle q_,
+         nb::handle k_, nb::handle v_, nb::handle g_, nb::handle beta_, nb::handle o_, nb::handle A_log_,
+         nb::handle dt_bias_, nb::handle stream) {
+        require_backend_match(st, idx);
+        const ModelShape& md = spec.spec.model;
+        const int64_t T = spec.spec.tokens;
+        const Elem io = spec.spec.io_dtype == DType::f32 ? Elem::f32 : Elem::bf16;
+        auto input = [&](nb::handle obj, const char* name, std::initializer_list<int64_t> shape) {
+          Array a = take(obj, name);
+          require_elem(a, {io});
+          require_shape(a, shape);
+          require_same_place(a, st.pool.arrays[0]);
+          return a;
+        };
+        const Array q = input(q_, "q", {-1, T, md.heads, md.head_k}), k = input(k_, "k", {q.dim(0), T, md.heads, md.head_k});
+        const Array v = input(v_, "v", {q.dim(0), T, md.value_heads, md.head_v});
+        const Array g = input(g_, "g", {q.dim(0), T, md.value_heads, md.head_k});
+        const Array beta = input(beta_, "beta", {q.dim(0), T, md.value_heads});
+        const Array o = input(o_, "o", {q.dim(0), T, md.value_heads, md.head_v});
+        if (q.dim(0) < rows) throw InvalidArgument("q", "q holds " + std::to_string(q.dim(0)) + " rows; the round has " + std::to_string(rows));
+        const Array A_log = take_optional(A_log_, "A_log"), dt_bias = take_optional(dt_bias_, "dt_bias");
+        LayerInputs in{q.data, k.data, v.data, g.data, beta.data, o.data, A_log.as<const float>(), dt_bias.as<const float>()};
+        const Stream s = resolve_stream(st.backend, stream, q_);
+        nb::gil_scoped_release release;
+        ops::verify_layer(s, spec.spec, st.storage, idx.idx, rows, layer, in);
+      },
+      "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "layer"_a, "q"_a, "k"_a, "v"_a, "g"_a, "beta"_a, "o"_a,
+      "A_log"_a.none() = nb::none(), "dt_bias"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "SPEC §1, §3: layer `layer`'s verify of `rows` rows with the indices of the last build_indices.");
+  m.def(
+      "accept",
+      [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle accepted_, nb::handle stream) {
+        require_backend_match(st, idx);
+        const Array accepted = int_array(accepted_, "accepted", rows, st);
+        const Stream s = resolve_stream(st.backend, stream, accepted_);
+        nb::gil_scoped_release release;
+        ops::accept(s, spec.spec, st.storage, idx.idx, rows, accepted.as<const int32_t>());
+      },
+      "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "accepted"_a, "stream"_a.none() = nb::none(),
+      "SPEC §3: accept the round, `accepted` [rows] int32 (the sampler's lengths, backend memory).");
+  m.def(
+      "commit",
+      [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle stream) {
+        require_backend_match(st, idx);
+        const Stream s = resolve_stream(st.backend, stream);
+        nb::gil_scoped_release release;
+        ops::commit(s, spec.spec, st.storage, idx.idx, rows);
+      },
+      "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "stream"_a.none() = nb::none(),
+      "Two-phase: copy each row's accepted post-state into the pool, every layer.");
+  m.def(
+      "materialize",
+      [](const PySpec& spec, const PyStorage& st, nb::handle slots_, nb::handle gates_, nb::handle stream) {
+        Array slots = take(slots_, "slots");
+        require_elem(slots, {Elem::i32});
+        require_shape(slots, {-1});
+        require_same_place(slots, st.pool.arrays[0]);
+        std::vector<Array> keep;
+        std::vector<GateParams> gates;
+        if (!gates_.is_none()) {
+          for (nb::handle pair : nb::borrow<nb::sequence>(gates_)) {
+            const std::string l = std::to_string(gates.size());
+            keep.push_back(take(pair[0], ("gates[" + l + "].A_log").c_str()));
+            keep.push_back(take(pair[1], ("gates[" + l + "].dt_bias").c_str()));
+            gates.push_back(GateParams{keep[keep.size() - 2].as<const float>(), keep.back().as<const float>()});
+          }
+        }
+        const Stream s = resolve_stream(st.backend, stream, slots_);
+        nb::gil_scoped_release release;
+        ops::materialize(s, spec.spec, st.storage, slots.as<const int32_t>(), int32_t(slots.dim(0)),
+                         gates.empty() ? nullptr : gates.data());
+      },
+      "spec"_a, "storage"_a, nb::kw_only(), "slots"_a, "gates"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "SPEC §3 materialize: pool[slot] = the state after the accepted prefix, accept_len = 0, for each listed slot "
+      "(int32, backend memory). Replay with the gate in the kernel needs gates: one (A_log, dt_bias) per layer.");
+}
+
+}  // namespace kdagraph::python

@@ -1,0 +1,81 @@
+"""Helpers of the Python tests: an independent fp64 numpy implementation of SPEC §1 (sharing no code
+with the library), error measures, and honest skips for torch and the GPU."""
+
+import numpy as np
+import pytest
+
+import kdagraph
+
+
+def rel_error(got, want):
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    den = np.linalg.norm(want)
+    err = np.linalg.norm(got - want)
+    return float(err / den) if den > 0 else float(err)
+
+
+def softplus(z):
+    return np.where(z > 20.0, z, np.log1p(np.exp(np.minimum(z, 20.0))))
+
+
+def sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def reference_verify(state, q, k, v, g, beta, *, l2norm=True, scale=None, gate="precomputed", A_log=None,
+                     dt_bias=None, lower_bound=-5.0, beta_is_logit=False):
+    """SPEC §1 in fp64 for one sequence: state [HV, V, K] (V-major), q, k [T, H, K], v [T, HV, V],
+    g [T, HV, K], beta [T, HV]. Returns (outputs [T, HV, V], post-states [T, HV, V, K])."""
+    s = np.array(state, dtype=np.float64)
+    T, H, K = q.shape
+    HV = v.shape[1]
+    G = HV // H
+    q = np.array(q, dtype=np.float64)
+    k = np.array(k, dtype=np.float64)
+    if l2norm:
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    q = q * (1.0 / np.sqrt(K) if scale is None else scale)
+    x = np.array(g, dtype=np.float64)
+    if gate == "softplus":
+        decay = -np.exp(np.asarray(A_log, np.float64))[None, :, None] * softplus(x + np.asarray(dt_bias, np.float64).reshape(HV, K))
+    elif gate == "lower-bound":
+        decay = lower_bound * sigmoid(np.exp(np.asarray(A_log, np.float64))[None, :, None] * (x + np.asarray(dt_bias, np.float64).reshape(HV, K)))
+    else:
+        decay = x
+    b = np.array(beta, dtype=np.float64)
+    if beta_is_logit:
+        b = sigmoid(b)
+    outs = np.zeros((T, HV, v.shape[2]))
+    posts = np.zeros((T,) + s.shape)
+    for t in range(T):
+        for h in range(HV):
+            kk, qq = k[t, h // G], q[t, h // G]
+            s[h] *= np.exp(decay[t, h])[None, :]          # S'[j][i] = a[i] S[j][i]
+            p = s[h] @ kk                                  # p[j] = sum_i S'[j][i] k[i]
+            u = b[t, h] * (np.asarray(v[t, h], np.float64) - p)
+            s[h] += u[:, None] * kk[None, :]               # S[j][i] = S'[j][i] + k[i] u[j]
+            outs[t, h] = s[h] @ qq                         # o[j] = sum_i S[j][i] q[i]
+        posts[t] = s
+    return outs, posts
+
+
+def as_f64(x):
+    """Values of a float32 or bfloat16 numpy array as fp64."""
+    return np.asarray(x).astype(np.float64)
+
+
+def has_gpu():
+    return kdagraph.cuda_available()
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch", reason="torch is not installed here; the torch tests run where it is")
+
+
+def gpu_or_skip():
+    if not kdagraph.built_with_cuda:
+        pytest.skip("kdagraph was built without CUDA (no nvcc at build time)")
+    if not kdagraph.cuda_available():
+        pytest.skip("no CUDA device visible")

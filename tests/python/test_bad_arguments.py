@@ -1,0 +1,112 @@
+"""Every bad argument of the drop-ins is refused before any work, as kdagraph.InvalidArgument (a
+ValueError) naming it, and leaves every array as it was; library errors that are not the caller's become
+RuntimeError with the library's message."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kdagraph
+from test_recurrent_kda import Case
+
+
+def base(rng):
+    c = Case(rng)
+    kw = dict(initial_state=c.pool, ssm_state_indices=c.indices, num_accepted_tokens=c.accepted, output=c.output)
+    return c, kw
+
+
+def spoil(name):
+    """Each entry: (argument named, how to spoil a good call)."""
+    return name
+
+
+BAD = [
+    ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=np.where(np.arange(c.B) == 0, 0, c.accepted).astype(np.int32))),
+    ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=np.full(c.B, c.T + 1, np.int32))),
+    ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=c.accepted.astype(np.int64))),
+    ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=c.accepted[:2].copy())),
+    ("ssm_state_indices", lambda c, a, kw: kw["ssm_state_indices"].__setitem__((0, 0), c.N)),
+    ("ssm_state_indices", lambda c, a, kw: kw["ssm_state_indices"].__setitem__((2, 1), c.indices[0, 2])),
+    ("ssm_state_indices", lambda c, a, kw: kw["ssm_state_indices"].__setitem__((2, 1), c.indices[0, c.accepted[0] - 1])),
+    ("ssm_state_indices", lambda c, a, kw: kw.update(ssm_state_indices=c.indices[:, :2].copy())),
+    ("ssm_state_indices", lambda c, a, kw: kw.update(ssm_state_indices=c.indices.astype(np.int64))),
+    ("ssm_state_indices", lambda c, a, kw: kw.update(ssm_state_indices=np.asfortranarray(c.indices))),
+    ("initial_state", lambda c, a, kw: kw.update(initial_state=None)),
+    ("initial_state", lambda c, a, kw: kw.update(initial_state=c.pool[:, :2])),
+    ("initial_state", lambda c, a, kw: kw.update(initial_state=c.pool.astype(np.float64))),
+    ("initial_state", lambda c, a, kw: kw.update(initial_state=c.pool.tolist())),
+    ("q", lambda c, a, kw: a.__setitem__(0, np.asfortranarray(c.q))),
+    ("q", lambda c, a, kw: a.__setitem__(0, c.q[0])),
+    ("q", lambda c, a, kw: a.__setitem__(0, c.q.tolist())),
+    ("k", lambda c, a, kw: a.__setitem__(1, c.k[:, :, :1].copy())),
+    ("k", lambda c, a, kw: a.__setitem__(1, c.k.astype(ml_dtypes.bfloat16))),
+    ("k", lambda c, a, kw: a.__setitem__(1, c.k.astype(np.float64))),
+    ("v", lambda c, a, kw: a.__setitem__(2, c.v[:2].copy())),
+    ("g", lambda c, a, kw: a.__setitem__(3, c.g[:, :, :1].copy())),
+    ("beta", lambda c, a, kw: a.__setitem__(4, c.beta[..., None].copy())),
+    ("output", lambda c, a, kw: kw.update(output=c.output[:, :2].copy())),
+    ("output", lambda c, a, kw: kw.update(output=c.output.astype(ml_dtypes.bfloat16))),
+    ("num_spec_tokens", lambda c, a, kw: kw.update(num_spec_tokens=c.T)),
+    ("lower_bound", lambda c, a, kw: kw.update(lower_bound=-3.0)),
+    ("lower_bound", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log, dt_bias=c.dt_bias, lower_bound=1.0)),
+    ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, dt_bias=c.dt_bias)),
+    ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log[:2].copy(), dt_bias=c.dt_bias)),
+    ("dt_bias", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log)),
+    ("dt_bias", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log, dt_bias=c.dt_bias.astype(np.float64))),
+    ("scale", lambda c, a, kw: kw.update(scale=0.0)),
+    ("initial_state_indices", lambda c, a, kw: kw.update(initial_state_source=c.pool.copy())),
+    ("initial_state_source", lambda c, a, kw: kw.update(initial_state_indices=np.zeros(c.B, np.int32))),
+    ("initial_state_indices", lambda c, a, kw: kw.update(initial_state_source=c.pool[:2].copy(), num_accepted_tokens=None,
+                                                         initial_state_indices=np.array([0, 2, 1], np.int32))),
+    ("initial_state_indices", lambda c, a, kw: kw.update(initial_state_source=c.pool.copy(), num_accepted_tokens=None,
+                                                         initial_state_indices=np.zeros(c.B + 1, np.int32))),
+    ("initial_state_source", lambda c, a, kw: kw.update(initial_state_source=c.pool[:, :, :, :2].copy(), num_accepted_tokens=None,
+                                                        initial_state_indices=np.zeros(c.B, np.int32))),
+    ("num_accepted_tokens", lambda c, a, kw: kw.update(initial_state_source=c.pool.copy(),
+                                                       initial_state_indices=np.zeros(c.B, np.int32))),
+]
+
+
+@pytest.mark.parametrize("argument,bad", BAD, ids=[f"{n}-{i}" for i, (n, _) in enumerate(BAD)])
+def test_a_bad_argument_is_refused_by_name_and_changes_nothing(rng, argument, bad):
+    c, kw = base(rng)
+    arrays = [c.q, c.k, c.v, c.g, c.beta]
+    bad(c, arrays, kw)
+    pool_before = c.pool.copy()
+    output_before = c.output.copy()
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.recurrent_kda(*arrays, **kw)
+    assert isinstance(e.value, ValueError)
+    assert e.value.argument == argument, str(e.value)
+    assert argument in str(e.value), "the message names the argument"
+    assert np.array_equal(c.pool.view(np.uint8), pool_before.view(np.uint8)), "a refused call changed the state"
+    assert np.array_equal(c.output.view(np.uint8), output_before.view(np.uint8)), "a refused call wrote the output"
+
+
+def test_packed_sequences_of_different_lengths_are_refused(rng):
+    c = Case(rng)
+    pack = lambda x: x.reshape((1, c.B * c.T) + x.shape[2:])
+    cu = np.array([0, 3, 8, 12], np.int32)  # 3 sequences of 12 tokens, not all of length 4
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.recurrent_kda(*(pack(x) for x in (c.q, c.k, c.v, c.g, c.beta)), initial_state=c.pool, cu_seqlens=cu,
+                               ssm_state_indices=c.indices, num_accepted_tokens=c.accepted)
+    assert e.value.argument == "cu_seqlens"
+
+
+def test_more_than_one_token_without_spec_decode_is_refused(rng):
+    c = Case(rng)
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=c.pool)
+    assert e.value.argument == "q"
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=c.pool, ssm_state_indices=c.indices[:, 0].copy())
+    assert e.value.argument == "ssm_state_indices"
+
+
+def test_library_errors_that_are_not_the_callers_become_runtime_errors():
+    if kdagraph.cuda_available():
+        pytest.skip("a CUDA device is visible here, so asking for CUDA memory succeeds")
+    with pytest.raises(RuntimeError, match="kdagraph") as e:
+        kdagraph.device_errors("cuda")  # host-mapped CUDA memory: there is no CUDA here to give it
+    assert not isinstance(e.value, ValueError)

@@ -1,0 +1,85 @@
+"""The CUDA backend from Python: skipped (honestly) without a GPU, or without torch to make device
+arrays. recurrent_kda on CUDA tensors against the CPU backend within the kernels' tolerance, on torch's
+current stream, and a GraphRunner captured on a torch stream against the host engine."""
+
+import numpy as np
+import pytest
+
+import kdagraph
+from helpers import gpu_or_skip, rel_error, torch_or_skip
+from test_recurrent_kda import Case
+
+
+def test_recurrent_kda_on_cuda_matches_the_cpu_backend(rng):
+    gpu_or_skip()
+    torch = torch_or_skip()
+    c = Case(rng, K=64, V=64, H=2, HV=4, gate="softplus", beta_is_logit=True)
+    cpu_pool = c.pool.copy()
+    want, _ = kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=cpu_pool, ssm_state_indices=c.indices,
+                                     num_accepted_tokens=c.accepted, **c.kwargs())
+    d = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()
+    pool = d(c.pool)
+    kw = {k: (d(v) if isinstance(v, np.ndarray) else v) for k, v in c.kwargs().items()}
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        out, _ = kdagraph.recurrent_kda(d(c.q), d(c.k), d(c.v), d(c.g), d(c.beta), initial_state=pool,
+                                        ssm_state_indices=d(c.indices), num_accepted_tokens=d(c.accepted), **kw)
+    stream.synchronize()
+    assert rel_error(out.cpu().numpy(), want) <= 1e-5
+    assert rel_error(pool.cpu().numpy(), cpu_pool) <= 1e-5
+    assert kdagraph.device_errors("cuda")["count"] == 0
+
+
+def test_graph_runner_on_cuda_matches_the_host_engine(rng):
+    gpu_or_skip()
+    torch = torch_or_skip()
+    from kdagraph._kdagraph import _reference as ref
+
+    L, H, HV, K, T, S, P, N = 2, 2, 2, 64, 3, 4, 4, 2
+    seed, rate = int(rng.integers(1, 2**62)), 0.7
+    opts = dict(l2norm_qk=True, gate="softplus", beta_is_logit=True)
+    outputs, _, _ = ref.run_host_engine(backend="cpu", layers=L, heads=H, value_heads=HV, head_k=K, head_v=K,
+                                        tokens=T, slots=P, scratch_steps=S, batch=N, mode="fused-accept",
+                                        accept_rate=rate, seed=seed, rounds=6, **opts)
+    v = kdagraph.Verifier(backend="cuda", layers=L, heads=H, value_heads=HV, head_k=K, head_v=K, slots=P,
+                          scratch_steps=S, max_rows=N, tokens=T, **opts)
+    z = lambda *shape: torch.zeros(shape, dtype=torch.float32, device="cuda")
+    inputs = []
+    for layer in range(L):
+        a_log, dt_bias = ref.synthetic_gate(seed, layer, HV, K)
+        inputs.append(dict(q=z(N, T, H, K), k=z(N, T, H, K), v=z(N, T, HV, K), g=z(N, T, HV, K), beta=z(N, T, HV),
+                           o=z(N, T, HV, K), A_log=torch.from_numpy(a_log).cuda(), dt_bias=torch.from_numpy(dt_bias).cuda()))
+    runner = kdagraph.GraphRunner(v, inputs)
+    stream = torch.cuda.Stream()
+    for slot in range(N):
+        v.prefill(slot, ref.synthetic_state(seed, slot, L, HV, K, K), stream=stream)
+    runner.capture(stream=stream)
+    runner.set_batch(list(range(N)), stream=stream)
+    accepted = torch.zeros(N, dtype=torch.int32, device="cuda")
+    for r in range(6):
+        with torch.cuda.stream(stream):
+            for layer in range(L):
+                for name, x in ref.synthetic_inputs(seed, r, list(range(N)), layer, T, H, HV, K, K, True, True).items():
+                    inputs[layer][name].copy_(torch.from_numpy(x))
+            runner.run_round()
+            accepted.copy_(torch.tensor([ref.synthetic_accept_length(seed, r, s, T, rate) for s in range(N)], dtype=torch.int32))
+            runner.accept(accepted)
+        stream.synchronize()
+        got = torch.stack([i["o"] for i in inputs]).cpu().numpy()
+        assert rel_error(got, outputs[r]) <= 1e-5, f"round {r}"
+
+
+def test_the_cuda_host_engine_matches_the_cpu_one(rng):
+    """No device arrays needed: the reference engine on both backends, through the binding."""
+    gpu_or_skip()
+    from kdagraph._kdagraph import _reference as ref
+
+    kw = dict(layers=2, heads=2, value_heads=4, head_k=64, head_v=64, tokens=4, slots=6, scratch_steps=4, batch=3,
+              mode="fused-accept", l2norm_qk=True, gate="softplus", beta_is_logit=True, accept_rate=0.7,
+              seed=int(rng.integers(1, 2**62)), rounds=8)
+    cpu_out, _, cpu_states = ref.run_host_engine(backend="cpu", **kw)
+    gpu_out, _, gpu_states = ref.run_host_engine(backend="cuda", **kw)
+    for r, (a, b) in enumerate(zip(gpu_out, cpu_out)):
+        assert rel_error(a, b) <= 1e-5, f"round {r}"
+    for (_, _, a), (_, _, b) in zip(gpu_states, cpu_states):
+        assert rel_error(a, b) <= 1e-5
