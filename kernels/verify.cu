@@ -301,7 +301,7 @@ template <int K, int kRows, class IoT, class StateT>
 __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(const VerifyParams p) {
   using Tile = VerifyTile<K, kRows>;
   constexpr int V = K;
-  __shared__ StagedTokens<K, Tile::kTileV, IoT> st;
+  auto& st = shared_object<StagedTokens<K, Tile::kTileV, IoT>>();
 
   const int32_t tile = int32_t(blockIdx.x) % Tile::kTilesPerHead;
   const int32_t unit = int32_t(blockIdx.x) / Tile::kTilesPerHead;
