@@ -48,7 +48,7 @@ void accept_cpu(const AcceptParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 namespace kdagraph {
 cudaError_t launch_accept(const AcceptParams& p, cudaStream_t stream);

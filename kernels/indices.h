@@ -93,7 +93,7 @@ void build_indices_cpu(const IndexBuildParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 namespace kdagraph {
 // Enqueues the build on `stream`; allocates nothing, never synchronizes.

@@ -157,7 +157,7 @@ void synthetic_sampler_cpu(const SyntheticSamplerParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 namespace kdagraph {
 cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t stream);

@@ -144,7 +144,7 @@ void verify_cpu(const VerifyParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 namespace kdagraph {
 // Head dims the CUDA kernel is built for (SPEC §1: at least K = V = 128 and 64).
