@@ -72,7 +72,7 @@ bool in_shared(const void* p, size_t bytes) {
 std::string site(const char* file, int line) { return std::string(file) + ":" + std::to_string(line); }
 
 bool same_site(const char* file_a, int line_a, const char* file_b, int line_b) {
-  return line_a == line_b && std::strcmp(file_a, file_b) == 0;
+  return line_a == line_b && (file_a == file_b || std::strcmp(file_a, file_b) == 0);
 }
 
 std::string dims(const uint3& d) {
@@ -155,11 +155,9 @@ class ReadySet {
   void reset(int lanes) {
     words_.assign(size_t((lanes + 63) / 64), 0);
     for (int i = 0; i < lanes; ++i) set(i);
-    lanes_ = lanes;
   }
   void set(int i) { words_[size_t(i / 64)] |= uint64_t(1) << (i % 64); }
   void clear(int i) { words_[size_t(i / 64)] &= ~(uint64_t(1) << (i % 64)); }
-  bool test(int i) const { return (words_[size_t(i / 64)] >> (i % 64)) & 1; }
 
   // -1 when no lane can run.
   int pick(Schedule s, int last, std::mt19937_64& rng) const {
@@ -178,8 +176,15 @@ class ReadySet {
         for (uint64_t w : words_) count += __builtin_popcountll(w);
         if (count == 0) return -1;
         int k = int(rng() % uint64_t(count));
-        for (int i = 0; i < lanes_; ++i)
-          if (test(i) && k-- == 0) return i;
+        for (size_t w = 0; w < words_.size(); ++w) {
+          uint64_t bits = words_[w];
+          if (k >= __builtin_popcountll(bits)) {
+            k -= __builtin_popcountll(bits);
+            continue;
+          }
+          for (; k > 0; --k) bits &= bits - 1;  // drop the k lowest set bits
+          return int(w) * 64 + __builtin_ctzll(bits);
+        }
         return -1;
       }
       case Schedule::rotate: break;
@@ -197,7 +202,6 @@ class ReadySet {
     return -1;
   }
   std::vector<uint64_t> words_;
-  int lanes_ = 0;
 };
 
 struct Block {
@@ -228,6 +232,11 @@ struct Block {
 };
 
 thread_local Lane* tl_lane = nullptr;
+
+// The lock of a sync object: fibers all run on the launching thread, one at a time, and need none.
+std::unique_lock<std::mutex> sync_lock(const Block& b, std::mutex& m) {
+  return b.engine == Lanes::threads ? std::unique_lock<std::mutex>(m) : std::unique_lock<std::mutex>(m, std::defer_lock);
+}
 
 Lane& current_lane() {
   if (tl_lane == nullptr) {
@@ -330,9 +339,7 @@ void wait(Lane& self, std::unique_lock<std::mutex>& lk, std::condition_variable&
   } else {
 #if defined(KDAGRAPH_SIMT_FIBERS)
     b.ready.clear(self.index);
-    lk.unlock();
     yield_to_scheduler(self);
-    lk.lock();
 #endif
   }
   self.wait_kind.store(int(WaitKind::none), std::memory_order_relaxed);
@@ -356,14 +363,14 @@ void on_exit(Lane& self) {
                    site(self.copies.front().file, self.copies.front().line));
   Warp& w = *self.warp;
   {
-    const std::lock_guard<std::mutex> lk(w.m);
+    const auto lk = sync_lock(*self.block, w.m);
     w.exited |= 1u << self.lane;
     if (w.open & (1u << self.lane))
       fail(self, "exited while lanes of its warp wait for it at __shfl_xor_sync at " + site(w.file, w.line));
   }
   Barrier& br = self.block->barrier;
   {
-    const std::lock_guard<std::mutex> lk(br.m);
+    const auto lk = sync_lock(*self.block, br.m);
     ++br.exited;
     if (br.arrived > 0)
       fail(self, "exited while " + std::to_string(br.arrived) + " threads wait at __syncthreads at " +
@@ -576,9 +583,8 @@ ThreadPool& thread_pool() {
   return pool;
 }
 
-void build_block(Block& b) {
-  b.lanes.clear();
-  b.warps.clear();
+// The lanes and warps of a launch's blocks, made once per launch.
+void build_lanes(Block& b) {
   b.threads = int(b.dim.x * b.dim.y * b.dim.z);
   const int warps = (b.threads + kWarpSize - 1) / kWarpSize;
   for (int w = 0; w < warps; ++w) b.warps.push_back(std::make_unique<Warp>());
@@ -594,7 +600,20 @@ void build_block(Block& b) {
     b.lanes.push_back(std::move(l));
   }
   b.barrier.waiting.reserve(size_t(b.threads));
+}
+
+// Everything a block leaves behind, cleared before the next one.
+void reset_block(Block& b) {
+  for (auto& l : b.lanes) {
+    l->blocked = false;
+    l->copies.clear();
+    l->commits = 0;
+    l->finished = false;
+  }
+  for (auto& w : b.warps) w->exited = w->open = w->arrived = 0;
+  b.barrier.arrived = b.barrier.exited = 0;
   b.live_waiting.store(uint64_t(b.threads) << 32, std::memory_order_relaxed);
+  b.last = -1;
 }
 
 // Blocks in the order the schedule asks for.
@@ -683,11 +702,10 @@ cudaError_t launch(dim3 grid, dim3 block, void (*body)(const void*), const void*
   b.body = body;
   b.ctx = ctx;
   b.rng.seed(rng());
+  build_lanes(b);
   for (const uint64_t linear : block_order(blocks, schedule, rng)) {
     b.idx = uint3{unsigned(linear % grid.x), unsigned(linear / grid.x % grid.y), unsigned(linear / (uint64_t(grid.x) * grid.y))};
-    build_block(b);
-    b.barrier.arrived = b.barrier.exited = 0;
-    b.last = -1;
+    reset_block(b);
     std::memset(g_shared_arena, kSharedPoison, g_shared_used.load(std::memory_order_acquire));
 #if defined(KDAGRAPH_SIMT_FIBERS)
     if (b.engine == Lanes::fibers) run_fibers(b);
@@ -731,7 +749,7 @@ void syncthreads(const char* file, int line) {
   Lane& self = current_lane();
   Block& b = *self.block;
   Barrier& br = b.barrier;
-  std::unique_lock<std::mutex> lk(br.m);
+  auto lk = sync_lock(b, br.m);
   if (br.exited > 0)
     fail(self, "__syncthreads at " + site(file, line) + " after " + std::to_string(br.exited) +
                    " threads of the block exited: every thread must reach it");
@@ -758,7 +776,7 @@ uint64_t shfl_xor(uint32_t mask, uint64_t bits, int lane_mask, int width, const 
   Warp& w = *self.warp;
   const uint32_t me = 1u << self.lane;
   auto call = [&] { return "__shfl_xor_sync at " + site(file, line); };
-  std::unique_lock<std::mutex> lk(w.m);
+  auto lk = sync_lock(*self.block, w.m);
   if (!(mask & me)) fail(self, call() + " with a mask that does not name the calling lane");
   if (mask & ~w.present) fail(self, call() + " names lanes that do not exist in this warp");
   if (mask & w.exited) fail(self, call() + " names lanes that have exited");
