@@ -16,7 +16,7 @@
 #include "kernels/state_copy.h"
 #include "kernels/synthetic.h"
 #include "tests/common/verify_case.h"
-#include "tests/simt/executor.h"
+#include "tests/simt/simt_case.h"
 
 namespace kdagraph::test {
 namespace {
@@ -84,7 +84,8 @@ TEST(IndicesSimt, RandomBatchesMatchCpuBitwise) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  const int trials = simt::options().lanes == simt::Lanes::threads ? 40 : 200;
+  const int trials = threads_lanes() ? 40 : 200;
+  note_subset(trials, 200);
   for (int trial = 0; trial < trials; ++trial) {
     const IndexInputs in = random_index_inputs(rng);
     SCOPED_TRACE("trial " + std::to_string(trial) + " N=" + std::to_string(in.rows) + " P=" +
@@ -323,7 +324,7 @@ TEST(SyntheticSimt, SamplerMatchesCpuBitwise) {
 }
 
 TEST(SyntheticSimt, JoiningStateMatchesCpuBitwise) {
-  if (simt::options().lanes == simt::Lanes::threads)
+  if (threads_lanes())
     GTEST_SKIP() << "OS-thread lanes: the kernel's fixed grid is 1024 blocks of 256 threads";
   for (DType dtype : {DType::f32, DType::bf16}) {
     SyntheticStateParams p;

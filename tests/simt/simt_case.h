@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,14 @@
 #include "tests/simt/executor.h"
 
 namespace kdagraph::test {
+
+inline bool threads_lanes() { return simt::options().lanes == simt::Lanes::threads; }
+
+// A test that runs fewer of its cases with OS-thread lanes (ThreadSanitizer) says so in its output.
+inline void note_subset(int run, int all) {
+  if (run < all)
+    std::cout << "[ subset   ] OS-thread lanes: " << run << " of " << all << " cases; all run in the fiber builds\n";
+}
 
 inline double tolerance(const CaseShape& s) { return s.io == DType::f32 && s.state == DType::f32 ? 1e-5 : 1e-2; }
 

@@ -17,8 +17,6 @@
 namespace kdagraph::test {
 namespace {
 
-bool threads_lanes() { return simt::options().lanes == simt::Lanes::threads; }
-
 #define KDA_SKIP_ON_THREAD_LANES(why)                                    \
   do {                                                                   \
     if (threads_lanes()) GTEST_SKIP() << "OS-thread lanes: " << (why);   \
@@ -49,8 +47,9 @@ TEST_P(VerifySimtSweep, MatchesReferenceAndCpu) {
   // Under OS threads: two chunks at K = 64, one at K = 128, with GVA once each.
   if ((K == 64 && !(T == 9 && G == 2)) || (K == 128 && !(T == 4 && G == 1)))
     KDA_SKIP_ON_THREAD_LANES("this (K, T, G) runs in the fiber builds");
-  const int j = (T - 1) * 2 + (G - 1);
-  for (int i = 0; i < (threads_lanes() ? 1 : 3); ++i) {
+  const int j = (T - 1) * 2 + (G - 1), option_sets = threads_lanes() ? 1 : 3;
+  note_subset(option_sets, 3);
+  for (int i = 0; i < option_sets; ++i) {
     expect_sweep_case(K, T, G, (3 * j + i + (K == 128 ? 24 : 0)) % 48);
     if (HasFatalFailure()) return;
   }
@@ -72,6 +71,7 @@ INSTANTIATE_TEST_SUITE_P(AllOptions, VerifySimtSweep, ::testing::ValuesIn(sweep_
 
 // bf16 inputs and outputs, bf16 state storage, and both together, at both head dims.
 TEST(VerifySimt, Bf16WithinTolerance) {
+  note_subset(threads_lanes() ? 1 : 6, 6);
   for (int K : {64, 128})
     for (DType io : {DType::f32, DType::bf16})
       for (DType state : {DType::f32, DType::bf16}) {
@@ -176,6 +176,7 @@ TEST(VerifySimt, KimiLinearTp2) {
 // One T-token verify and T single-token verifies, each seeded from the previous post-state, agree
 // bitwise (what every mode of SPEC §3 relies on).
 TEST(VerifySimt, TTokensEqualTSingleTokenVerifiesBitwise) {
+  note_subset(threads_lanes() ? 1 : 4, 4);
   for (int K : {64, 128})
     for (DType io : {DType::f32, DType::bf16}) {
       if (threads_lanes() && !(K == 64 && io == DType::f32)) continue;
