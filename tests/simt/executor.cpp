@@ -668,6 +668,12 @@ std::string last_error() {
   return s.last_error;
 }
 
+uint64_t launches() {
+  State& s = state();
+  const std::lock_guard<std::mutex> lk(s.launch_m);
+  return s.launches;
+}
+
 uint64_t failed_launches() {
   State& s = state();
   const std::lock_guard<std::mutex> lk(s.error_m);

@@ -65,7 +65,9 @@ class ScopedOptions {
 
 // The message of the last launch that failed; empty when none has.
 std::string last_error();
-// How many launches have failed so far (a test can tell whether its own launch did).
+// How many launches have run, and how many of them failed, so far (a test can tell whether its own
+// launches reached the executor, and whether they failed).
+uint64_t launches();
 uint64_t failed_launches();
 
 // Runs body(ctx) as every thread of a grid x block launch, block after block; returns when all have

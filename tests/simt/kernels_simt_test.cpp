@@ -30,9 +30,18 @@ struct IndexInputs {
   std::vector<int32_t> slots, n_real, accept_len;
 };
 
-// The five outputs in one array: row_slot, seed_pool, seed_scratch, seed_accept ([N] each), write_row.
-RoundIndices index_view(int32_t* base, int32_t rows) {
-  return RoundIndices{base, base + rows, base + 2 * rows, base + 3 * rows, base + 4 * rows};
+// The five arrays one build writes, in one array: row_slot, seed_pool, seed_scratch, seed_accept ([N]
+// each), then write_row [N, T].
+RoundIndices index_view(int32_t* base, int32_t rows, int32_t tokens) {
+  RoundIndices idx;
+  idx.capacity = rows;
+  idx.tokens = tokens;
+  idx.row_slot = base;
+  idx.seed_pool = base + rows;
+  idx.seed_scratch = base + 2 * rows;
+  idx.seed_accept = base + 3 * rows;
+  idx.write_row = base + 4 * rows;
+  return idx;
 }
 
 IndexBuildParams index_params(const IndexInputs& in, DeviceErrorWord* errors, int32_t* out) {
@@ -45,7 +54,7 @@ IndexBuildParams index_params(const IndexInputs& in, DeviceErrorWord* errors, in
   p.tokens = in.tokens;
   p.rows = in.rows;
   p.errors = errors;
-  p.out = index_view(out, in.rows);
+  p.out = index_view(out, in.rows, in.tokens);
   return p;
 }
 
@@ -132,7 +141,7 @@ AcceptParams accept_params(int32_t rows, int32_t tokens, Mode mode, const std::v
   AcceptParams p;
   p.rows = rows;
   p.tokens = tokens;
-  p.mode = mode;
+  p.sets_slot = mode_policy(mode).accept_sets_slot;
   p.row_slot = row_slot.data();
   p.accepted = accepted.data();
   p.accept_len = accept_len.data();
@@ -179,9 +188,11 @@ TEST(AcceptSimt, MatchesCpuBitwiseInBothModes) {
 struct CopyCase {
   StateGeometry geo;
   DType dtype = DType::f32;
-  bool commit = true;  // accept_of per entry (commit), or accept_len[slot] (materialize)
+  bool commit = true;      // accept_of per entry (commit), or accept_len[slot] (materialize)
+  bool layer_table = false;  // the pool addressed through a per-layer table instead of a layer stride
   std::vector<uint8_t> pool, scratch;
   std::vector<int32_t> slot_of, accept_of, accept_len;
+  std::vector<void*> pool_layers;
 };
 
 // Random state bytes; entries are every slot shuffled plus a skipped one (-1) and one out of range;
@@ -212,10 +223,19 @@ StateCopyParams copy_params(CopyCase& c, DeviceErrorWord* errors) {
   p.slot_of = c.slot_of.data();
   p.accept_of = c.commit ? c.accept_of.data() : nullptr;
   p.accept_len = c.accept_len.data();
-  p.geometry = c.geo;
-  p.state_dtype = c.dtype;
-  p.pool = c.pool.data();
-  p.scratch = c.scratch.data();
+  p.slots = c.geo.slots;
+  p.scratch_steps = c.geo.scratch_steps;
+  p.row_elems = c.geo.slot_elems();
+  p.pool = pool_view(c.geo, c.pool.data(), c.dtype);
+  p.scratch = scratch_view(c.geo, c.scratch.data(), c.dtype);
+  if (c.layer_table) {
+    c.pool_layers.clear();
+    for (int32_t l = 0; l < c.geo.layers; ++l)
+      c.pool_layers.push_back(c.pool.data() + size_t(c.geo.pool_offset(l, 0, 0)) * dtype_size(c.dtype));
+    p.pool.base = nullptr;
+    p.pool.layer_stride = 0;
+    p.pool.layer_table = c.pool_layers.data();
+  }
   p.errors = errors;
   return p;
 }
@@ -224,19 +244,23 @@ TEST(StateCopySimt, CommitAndMaterializeMatchCpuBitwise) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  // {L, P, S, HV, V, K}: 16-byte words at K = V = 64 and 128; odd shapes take the 2-byte words.
+  // {L, P, S, HV, V, K, row stride}: compact rows, and rows with a gap after each (SPEC §10 views); the
+  // last shape's pool through a per-layer table.
   const std::vector<std::pair<StateGeometry, DType>> shapes{
       {StateGeometry{3, 6, 4, 2, 64, 64}, DType::f32},
       {StateGeometry{2, 4, 3, 2, 128, 128}, DType::bf16},
-      {StateGeometry{2, 5, 3, 1, 3, 5}, DType::bf16},
-      {StateGeometry{2, 5, 2, 3, 3, 3}, DType::f32},
+      {StateGeometry{2, 5, 3, 1, 64, 64, 64 * 64 + 8}, DType::bf16},
+      {StateGeometry{2, 5, 2, 3, 64, 64, 3 * 64 * 64 + 4}, DType::f32},
   };
   for (const auto& [geo, dtype] : shapes)
     for (bool commit : {true, false}) {
-      CopyCase cpu = random_copy_case(rng, geo, dtype, commit), simt = cpu;
+      CopyCase cpu = random_copy_case(rng, geo, dtype, commit);
+      cpu.layer_table = &geo == &shapes.back().first;
+      CopyCase simt = cpu;
       SCOPED_TRACE(std::string(commit ? "commit" : "materialize") + " L=" + std::to_string(geo.layers) +
                    " HV=" + std::to_string(geo.value_heads) + " V=" + std::to_string(geo.head_v) +
-                   " K=" + std::to_string(geo.head_k) + " " + to_string(dtype));
+                   " K=" + std::to_string(geo.head_k) + " stride=" + std::to_string(geo.row_stride()) + " " +
+                   to_string(dtype) + (cpu.layer_table ? " layer table" : ""));
       const std::vector<uint8_t> pool_before = cpu.pool;
       DeviceErrorWord cpu_errors, simt_errors;
       const StateCopyParams pc = copy_params(cpu, &cpu_errors), ps = copy_params(simt, &simt_errors);

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kdagraph/error.hpp"
 #include "tests/simt/simt_case.h"
 
 namespace kdagraph::test {
@@ -239,8 +240,9 @@ TEST(VerifySimt, SameBitsUnderEverySchedule) {
   }
 }
 
-// Head dims without a kernel are refused before anything runs.
+// Head dims without a kernel are refused, naming the argument, before anything runs.
 TEST(VerifySimt, UnsupportedHeadDimsAreRefused) {
+  const uint64_t launches = simt::launches();
   for (const auto& [K, V] : std::vector<std::pair<int32_t, int32_t>>{{96, 96}, {128, 64}, {64, 128}, {256, 256}}) {
     EXPECT_FALSE(verify_cuda_supports(K, V)) << "K=" << K << " V=" << V;
     VerifyParams p;
@@ -249,8 +251,14 @@ TEST(VerifySimt, UnsupportedHeadDimsAreRefused) {
     p.heads = p.value_heads = 1;
     p.head_k = K;
     p.head_v = V;
-    EXPECT_EQ(launch_verify(p, nullptr), cudaErrorInvalidValue) << "K=" << K << " V=" << V;
+    try {
+      (void)launch_verify(p, nullptr);
+      ADD_FAILURE() << "K=" << K << " V=" << V << " was launched";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "head_k");
+    }
   }
+  EXPECT_EQ(simt::launches(), launches) << "a refused launch reached the executor";
 }
 
 }  // namespace
