@@ -60,7 +60,7 @@ struct AcceptOp {
   using Params = AcceptParams;
   static constexpr const char* kName = "accept";
   static void cpu(const Params& p) { accept_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_accept(p, s); }
 #endif
   static std::string shape(const Params& p) { return "rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens); }

@@ -160,7 +160,7 @@ struct VerifyOp {
   using Params = VerifyParams;
   static constexpr const char* kName = "verify";
   static void cpu(const Params& p) { verify_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_verify(p, s); }
 #endif
   static std::string shape(const Params& p) {
