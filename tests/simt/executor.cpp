@@ -31,7 +31,7 @@
 #define KDA_SIMT_ASAN 1
 #endif
 #endif
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(KDAGRAPH_SIMT_ASAN_FIBERS)
 #define KDA_SIMT_ASAN 1
 #endif
 #if defined(KDA_SIMT_ASAN)
