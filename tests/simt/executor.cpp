@@ -187,7 +187,7 @@ class ReadySet {
         }
         return -1;
       }
-      case Schedule::rotate: break;
+      case Schedule::rotate: break;  // resolved to one of the four per launch, never picked from
     }
     return -1;
   }
@@ -379,8 +379,8 @@ void on_exit(Lane& self) {
   if (self.block->engine == Lanes::threads) account(*self.block, -1, 0, self);
 }
 
-void set_builtins(const Lane& l) {
-  tl_lane = const_cast<Lane*>(&l);
+void set_builtins(Lane& l) {
+  tl_lane = &l;
   threadIdx = l.tid;
   blockIdx = l.block->idx;
   blockDim = l.block->dim;
