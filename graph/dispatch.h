@@ -1,5 +1,6 @@
 // [TAG_DISPATCH] The one place an operation's backend is chosen: the CPU implementation, run now or
-// recorded into a CPU graph (graph/cpu_capture.h), or the CUDA launcher on the stream. Every operation
+// recorded into a CPU graph (graph/cpu_capture.h), or the CUDA launcher on the stream. (In the SIMT test
+// build the CPU backend runs the CUDA launcher on the CPU instead.) Every operation
 // of kernels/ is enqueued through enqueue<Op>; each kernel header declares its Op (name, CPU function,
 // CUDA launcher, shape for messages). A new backend changes this file and the resources it owns.
 #pragma once
@@ -20,7 +21,13 @@ template <class Op>
 void enqueue(const Stream& s, const typename Op::Params& p) {
   switch (s.backend) {
     case Backend::cpu:
+#if defined(KDAGRAPH_SIMT)
+      // The SIMT test build (tests/simt/): the CPU backend runs the CUDA kernel's own source on the
+      // executor, so every CPU test of the library exercises the kernels.
+      cpu_submit([p] { check_launch(Op::cuda(p, nullptr), Op::kName, Op::shape(p)); });
+#else
       cpu_submit([p] { Op::cpu(p); });
+#endif
       return;
     case Backend::cuda:
 #if defined(KDAGRAPH_WITH_CUDA)

@@ -7,16 +7,22 @@ namespace kdagraph::detail {
 [[noreturn]] void throw_no_cuda(const char* what);
 }  // namespace kdagraph::detail
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
 #include <cuda_runtime_api.h>
 
 #include <string>
 
 namespace kdagraph::detail {
+// For a kernel launcher's result: throws naming the kernel, the shape it was launched for and the error.
+// (The SIMT test build, tests/simt/, has its own: the executor's message in place of the CUDA error.)
+void check_launch(cudaError_t err, const char* kernel, const std::string& shape);
+}  // namespace kdagraph::detail
+#endif
+
+#if defined(KDAGRAPH_WITH_CUDA)
+namespace kdagraph::detail {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
 void warn_cuda_error(cudaError_t err, const char* call, const char* file, int line) noexcept;
-// For a kernel launcher's result: throws naming the kernel, the shape it was launched for and the error.
-void check_launch(cudaError_t err, const char* kernel, const std::string& shape);
 }  // namespace kdagraph::detail
 
 #define KDA_CUDA_CHECK(call)                                                              \

@@ -127,7 +127,7 @@ void build_slot_indices_cpu(const SlotIndexParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 namespace kdagraph {
 // Enqueues the build on `stream`; allocates nothing, never synchronizes.
@@ -142,7 +142,7 @@ struct BuildIndicesOp {
   using Params = IndexBuildParams;
   static constexpr const char* kName = "build_indices";
   static void cpu(const Params& p) { build_indices_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_build_indices(p, s); }
 #endif
   static std::string shape(const Params& p) {

@@ -1,6 +1,8 @@
-// [TAG_LAUNCH_SEAM] The one way the library launches a kernel. Every launcher calls launch_kernel instead
-// of writing <<<>>> itself, so a test build can run the very same kernel source on the CPU (the SIMT
-// executor under tests/simt/ provides its own launch_kernel there). Kernel bodies stay free of #ifdefs.
+// [TAG_LAUNCH_SEAM] The one way the library launches a kernel, and the one way a kernel declares shared
+// memory. Every launcher calls launch_kernel instead of writing <<<>>> itself, and every kernel takes its
+// shared memory from shared_object instead of declaring a __shared__ variable, so a test build can run
+// the very same kernel source on the CPU (the SIMT executor under tests/simt/ provides both there).
+// Kernel bodies stay free of #ifdefs.
 #pragma once
 
 #if defined(KDAGRAPH_SIMT)
@@ -18,6 +20,15 @@ inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 bloc
                                  Args&&... args) {
   kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
   return cudaGetLastError();
+}
+
+// The block's shared object of type T (one per type and block, uninitialized). The same static
+// __shared__ storage as a variable in the kernel; the executor needs the indirection to find and poison
+// it per block, since GCC ignores placement attributes on the static locals of function templates.
+template <class T>
+__device__ __forceinline__ T& shared_object() {
+  __shared__ T object;
+  return object;
 }
 
 }  // namespace kdagraph

@@ -68,7 +68,7 @@ void reset_accept_len_cpu(const StateCopyParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 namespace kdagraph {
 // One launch for all layers. Allocates nothing, never synchronizes.
@@ -82,7 +82,7 @@ struct CopyAcceptedStatesOp {
   using Params = StateCopyParams;
   static constexpr const char* kName = "copy_accepted_states";
   static void cpu(const Params& p) { copy_accepted_states_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_copy_accepted_states(p, s); }
 #endif
   static std::string shape(const Params& p) {
@@ -93,7 +93,7 @@ struct ResetAcceptLenOp {
   using Params = StateCopyParams;
   static constexpr const char* kName = "reset_accept_len";
   static void cpu(const Params& p) { reset_accept_len_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_reset_accept_len(p, s); }
 #endif
   static std::string shape(const Params& p) { return "count=" + std::to_string(p.count); }

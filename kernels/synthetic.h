@@ -157,7 +157,7 @@ void synthetic_sampler_cpu(const SyntheticSamplerParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 namespace kdagraph {
 cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t stream);
@@ -171,7 +171,7 @@ struct SyntheticInputsOp {
   using Params = SyntheticInputParams;
   static constexpr const char* kName = "synthetic_inputs";
   static void cpu(const Params& p) { synthetic_inputs_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_synthetic_inputs(p, s); }
 #endif
   static std::string shape(const Params& p) {
@@ -182,7 +182,7 @@ struct SyntheticSamplerOp {
   using Params = SyntheticSamplerParams;
   static constexpr const char* kName = "synthetic_sampler";
   static void cpu(const Params& p) { synthetic_sampler_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_synthetic_sampler(p, s); }
 #endif
   static std::string shape(const Params& p) { return "rows=" + std::to_string(p.rows); }
@@ -191,7 +191,7 @@ struct SyntheticStateOp {
   using Params = SyntheticStateParams;
   static constexpr const char* kName = "synthetic_state";
   static void cpu(const Params& p) { synthetic_state_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_synthetic_state(p, s); }
 #endif
   static std::string shape(const Params& p) {

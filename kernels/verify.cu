@@ -301,7 +301,7 @@ template <int K, int kRows, class IoT, class StateT>
 __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(const VerifyParams p) {
   using Tile = VerifyTile<K, kRows>;
   constexpr int V = K;
-  __shared__ StagedTokens<K, Tile::kTileV, IoT> st;
+  auto& st = shared_object<StagedTokens<K, Tile::kTileV, IoT>>();
 
   const int32_t tile = int32_t(blockIdx.x) % Tile::kTilesPerHead;
   const int32_t unit = int32_t(blockIdx.x) / Tile::kTilesPerHead;
@@ -311,8 +311,9 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(
   b.hq = b.h / (p.value_heads / p.heads);  // grouped heads: value head h reads q/k head h / G
   b.v0 = tile * Tile::kTileV;
   const int32_t T = p.tokens, HV = p.value_heads;
-  // Outputs of the tile at new token 0; tokens are HV * V elements apart.
-  IoT* o_tile = static_cast<IoT*>(p.o) + (int64_t(b.n) * T * HV + b.h) * V + b.v0;
+  // Where the tile's outputs start at new token 0, as an offset: with no new tokens (replay's
+  // materialize) p.o is null, and offsetting a null pointer is undefined. Tokens are HV * V apart.
+  const int64_t o_tile = (int64_t(b.n) * T * HV + b.h) * V + b.v0;
   const int32_t o_stride = HV * V;
 
   const bool report = tile == 0 && b.h == 0 && threadIdx.x == 0;
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(
   const VerifyBases bases = b.r.padded() ? VerifyBases{} : verify_bases(p, b.r, b.n, report);
   if (b.r.padded() || !bases.ok) {  // padded row: zeros out, nothing read, no state written
     for (int e = int(threadIdx.x); e < T * Tile::kTileV; e += Tile::kThreads)
-      o_tile[e / Tile::kTileV * o_stride + e % Tile::kTileV] = math::from_f32<IoT>(0.0f);
+      static_cast<IoT*>(p.o)[o_tile + e / Tile::kTileV * o_stride + e % Tile::kTileV] = math::from_f32<IoT>(0.0f);
     return;
   }
   b.cache_from = b.r.replay > 0 ? state_row(bases.cache, p.token_cache, b.r.replay_from) : nullptr;
@@ -373,7 +374,7 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(
       float q[kSlice], out[kRows];
       load4(&st.q[tt][i0], q);
       output_rows<kRows, Tile::kGroupLanes>(s, q, out);
-      IoT* out_rows = o_tile + (u - b.r.replay) * o_stride + tile_row0;
+      IoT* out_rows = static_cast<IoT*>(p.o) + o_tile + (u - b.r.replay) * o_stride + tile_row0;
 #pragma unroll
       for (int r = 0; r < kRows; ++r)  // lane r of the group writes row r's output, one store per lane
         if (group_lane == r) out_rows[r] = math::from_f32<IoT>(out[r]);

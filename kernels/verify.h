@@ -174,7 +174,7 @@ void verify_cpu(const VerifyParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 namespace kdagraph {
 // Head dims the CUDA kernel is built for (SPEC §1: at least K = V = 128 and 64).
@@ -190,7 +190,7 @@ struct VerifyOp {
   using Params = VerifyParams;
   static constexpr const char* kName = "verify";
   static void cpu(const Params& p) { verify_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_verify(p, s); }
 #endif
   static std::string shape(const Params& p) {
