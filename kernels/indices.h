@@ -153,7 +153,7 @@ struct BuildSlotIndicesOp {
   using Params = SlotIndexParams;
   static constexpr const char* kName = "build_slot_indices";
   static void cpu(const Params& p) { build_slot_indices_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_build_slot_indices(p, s); }
 #endif
   static std::string shape(const Params& p) {
