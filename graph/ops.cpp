@@ -2,11 +2,13 @@
 // kernel's parameters and enqueues them through the backend seam (graph/dispatch.h).
 #include "kdagraph/ops.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "graph/dispatch.h"
 #include "graph/validate.h"
 #include "kernels/accept.h"
+#include "kernels/conv.h"
 #include "kernels/indices.h"
 #include "kernels/state_copy.h"
 #include "kernels/verify.h"
@@ -50,6 +52,29 @@ RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens) {
 int64_t token_cache_row_elems(const RoundSpec& spec) {
   const ModelShape& m = spec.model;
   return TokenCacheLayout{spec.tokens, m.heads, m.value_heads, m.head_k, m.head_v}.row_elems();
+}
+
+int64_t conv_state_row_elems(const RoundSpec& spec, int32_t scratch_steps) {
+  const ConvShape& c = spec.conv;
+  if (c.width == 0) return 0;
+  return int64_t(conv_state_columns(mode_policy(spec.mode).conv_offset_window, c.width, scratch_steps)) * c.channels;
+}
+
+int64_t conv_scratch_row_elems(const RoundSpec& spec) {
+  return spec.conv.width == 0 ? 0 : int64_t(spec.conv.width - 1) * spec.conv.channels;
+}
+
+ConvLayerInputs conv_into_verify_inputs(const RoundSpec& spec, const void* x, const float* weight, const float* bias,
+                                        void* q, void* k, void* v) {
+  const ModelShape& m = spec.model;
+  ConvLayerInputs in;
+  in.x = x;
+  in.weight = weight;
+  in.bias = bias;
+  in.out[0] = ConvOutputSegment{m.heads * m.head_k, q};
+  in.out[1] = ConvOutputSegment{m.heads * m.head_k, k};
+  in.out[2] = ConvOutputSegment{m.value_heads * m.head_v, v};
+  return in;
 }
 
 namespace ops {
@@ -99,6 +124,45 @@ StateCopyParams copy_params(const RoundSpec& spec, const SlotStorage& st, int32_
   p.row_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
   p.pool = st.pool;
   p.scratch = st.scratch;
+  p.errors = st.errors;
+  return p;
+}
+
+// The conv's parameters shared by the round's conv and the standalone short_conv.
+ConvParams conv_params(const ConvShape& shape, DType io_dtype, int32_t rows, int32_t tokens,
+                       const ConvLayerInputs& in) {
+  ConvParams p;
+  p.rows = rows;
+  p.tokens = tokens;
+  p.channels = shape.channels;
+  p.width = shape.width;
+  p.activation = shape.activation;
+  p.io_dtype = io_dtype;
+  p.x = in.x;
+  p.weight = in.weight;
+  p.bias = in.bias;
+  for (int s = 0; s < kMaxConvSegments; ++s) p.out[s] = in.out[s];
+  return p;
+}
+
+// The conv window moves of `count` entries over every layer: from the conv scratch (commit) or within
+// the conv state (materialize).
+ConvWindowParams window_params(const RoundSpec& spec, const SlotStorage& st, int32_t count, const int32_t* slot_of,
+                               const int32_t* accept_of, bool from_scratch) {
+  ConvWindowParams p;
+  p.count = count;
+  p.slot_of = slot_of;
+  p.accept_of = accept_of;
+  p.accept_len = st.accept_len;
+  p.slots = st.slots;
+  p.scratch_steps = st.scratch_steps;
+  p.channels = spec.conv.channels;
+  p.width = spec.conv.width;
+  p.layers = spec.model.layers;
+  p.io_dtype = spec.io_dtype;
+  p.from_scratch = from_scratch;
+  p.state = st.conv_state;
+  if (from_scratch) p.scratch = st.conv_scratch;
   p.errors = st.errors;
   return p;
 }
@@ -233,6 +297,72 @@ void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, con
   detail::enqueue<BuildSlotIndicesOp>(s, p);
 }
 
+void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                int32_t rows, int32_t layer, const ConvLayerInputs& in) {
+  const char* where = "ops::conv_layer";
+  validate_round(where, s, spec, storage, idx, rows);
+  require(spec.conv.width > 0, where, "spec.conv.width", "= 0: the layers have no conv");
+  detail::validate_layer_index(where, layer, spec.model.layers);
+  detail::validate_conv_inputs(where, in, spec.conv.channels, spec.io_dtype);
+  nvtx::Scoped range(nvtx::Range::conv, layer);
+  const ModePolicy policy = mode_policy(spec.mode);
+  ConvParams p = conv_params(spec.conv, spec.io_dtype, rows, spec.tokens, in);
+  p.state = storage.conv_state;
+  p.layer = layer;
+  p.slots = storage.slots;
+  p.scratch_steps = storage.scratch_steps;
+  p.offset_window = policy.conv_offset_window;
+  p.row_slot = idx.row_slot;
+  if (policy.conv_offset_window) {
+    p.row_accept = idx.seed_accept;
+  } else {
+    p.scratch = storage.conv_scratch;
+    p.write_row = idx.write_row;
+  }
+  p.errors = storage.errors;
+  detail::enqueue<ConvOp>(s, p);
+}
+
+void short_conv(const Stream& s, const ShortConvCall& c) {
+  const char* where = "ops::short_conv";
+  require(c.conv.width != 0, where, "conv.width", "= 0: a short_conv needs a width");
+  require_in_range(where, "conv.width", c.conv.width, kMinConvWidth, kMaxConvWidth);
+  require_in_range(where, "conv.channels", c.conv.channels, 1, INT32_MAX);
+  require(c.conv.activation == ConvActivation::silu || c.conv.activation == ConvActivation::none, where,
+          "conv.activation", "= " + std::to_string(int(c.conv.activation)) + " is not a ConvActivation");
+  require(c.io_dtype == DType::f32 || c.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
+  require_in_range(where, "batch", c.batch, 1, INT32_MAX);
+  require_in_range(where, "tokens", c.tokens, 1, 1024);
+  require_in_range(where, "scratch_steps", c.scratch_steps, c.tokens, 1 << 16);
+  detail::require_buffer(where, "y", c.y, dtype_size(c.io_dtype));
+  ConvLayerInputs in;
+  in.x = c.x;
+  in.weight = c.weight;
+  in.bias = c.bias;
+  in.out[0] = ConvOutputSegment{c.conv.channels, c.y};
+  detail::validate_conv_inputs(where, in, c.conv.channels, c.io_dtype);
+  // One layer's view, validated like a round's: a spec of one layer that no conv shape constrains.
+  RoundSpec one_layer;
+  one_layer.model.layers = 1;
+  detail::validate_view(where, "conv_state", c.conv_state, one_layer, 1,
+                        int64_t(conv_state_columns(true, c.conv.width, c.scratch_steps)) * c.conv.channels, s.backend);
+  require(c.conv_state.dtype == c.io_dtype, where, "conv_state.dtype",
+          std::string("= ") + to_string(c.conv_state.dtype) + " differs from io_dtype = " + to_string(c.io_dtype));
+  detail::require_buffer(where, "state_indices", c.state_indices, alignof(int32_t));
+  detail::require_buffer(where, "num_accepted", c.num_accepted, alignof(int32_t));
+  if (c.errors != nullptr) detail::require_buffer(where, "errors", c.errors, alignof(DeviceErrorWord));
+  nvtx::Scoped range(nvtx::Range::conv, 0);
+  ConvParams p = conv_params(c.conv, c.io_dtype, c.batch, c.tokens, in);
+  p.state = c.conv_state;
+  p.slots = int32_t(std::min<int64_t>(c.conv_state.rows, INT32_MAX));
+  p.scratch_steps = c.scratch_steps;
+  p.offset_window = true;
+  p.row_slot = c.state_indices;
+  p.row_accept = c.num_accepted;
+  p.errors = c.errors;
+  detail::enqueue<ConvOp>(s, p);
+}
+
 void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
             int32_t rows, const int32_t* accepted) {
   const char* where = "ops::accept";
@@ -263,6 +393,8 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
           std::string("= ") + to_string(spec.mode) + ": this mode has no commit (two-phase has)");
   nvtx::Scoped range(nvtx::Range::commit, rows);
   detail::enqueue<CopyAcceptedStatesOp>(s, copy_params(spec, storage, rows, idx.row_slot, idx.row_accept));
+  if (spec.conv.width > 0)
+    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, rows, idx.row_slot, idx.row_accept, true));
 }
 
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
@@ -304,6 +436,10 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
   } else {
     detail::enqueue<CopyAcceptedStatesOp>(s, p);
   }
+  // The conv window moves to column 0 while accept_len still names where it is. Two-phase keeps it
+  // there already.
+  if (spec.conv.width > 0 && mode_policy(spec.mode).conv_offset_window)
+    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, count, slots, nullptr, false));
   detail::enqueue<ResetAcceptLenOp>(s, p);
 }
 

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/conv.h"
+
 #if defined(KDAGRAPH_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
@@ -56,6 +58,16 @@ void validate(const VerifierConfig& c) {
 
 namespace detail {
 
+void validate_conv_shape(const char* where, const ConvShape& conv, const ModelShape& m) {
+  if (conv.width == 0) return;
+  require_in_range(where, "conv.width", conv.width, kMinConvWidth, kMaxConvWidth);
+  require(conv.channels == conv_channels(m), where, "conv.channels",
+          "= " + std::to_string(conv.channels) + " disagrees with the layer shape 2 * H * K + HV * V = " +
+              std::to_string(conv_channels(m)));
+  require(conv.activation == ConvActivation::silu || conv.activation == ConvActivation::none, where,
+          "conv.activation", "= " + std::to_string(int(conv.activation)) + " is not a ConvActivation");
+}
+
 void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   constexpr int64_t kMaxDim = 1 << 16;
   const ModelShape& m = spec.model;
@@ -69,6 +81,7 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   require_in_range(where, "tokens", spec.tokens, 1, 1024);
   require(is_dtype(spec.io_dtype), where, "io_dtype", "is not f32 or bf16");
   require(is_mode(spec.mode), where, "mode", "= " + std::to_string(int(spec.mode)) + " is not a Mode");
+  validate_conv_shape(where, spec.conv, m);
   if (spec.options.gate == GateMode::lower_bound)
     require(spec.options.gate_lower_bound < 0.0f, where, "options.gate_lower_bound",
             "= " + std::to_string(spec.options.gate_lower_bound) + " must be negative");
@@ -86,8 +99,6 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   }
   require(false, where, "stream.backend", "is not cpu or cuda");
 }
-
-namespace {
 
 void validate_view(const char* where, const std::string& name, const StateView& v, const RoundSpec& spec,
                    int64_t min_rows, int64_t row_elems, Backend backend) {
@@ -114,6 +125,29 @@ void validate_view(const char* where, const std::string& name, const StateView& 
   if (backend == Backend::cpu)
     for (int32_t l = 0; l < v.layers; ++l)
       require_buffer(where, (field("layer_table[") + std::to_string(l) + "]").c_str(), v.layer_table[l], 16);
+}
+
+namespace {
+
+bool has_view(const StateView& v) { return v.base != nullptr || v.layer_table != nullptr; }
+
+// The conv state (and in two-phase the conv scratch): present exactly when the layers have a conv, in
+// the io dtype, rows of conv_state_row_elems and conv_scratch_row_elems.
+void validate_conv_storage(const char* where, const RoundSpec& spec, const SlotStorage& st, Backend backend) {
+  const bool offset_window = mode_policy(spec.mode).conv_offset_window;
+  if (spec.conv.width == 0) {
+    require(!has_view(st.conv_state), where, "storage.conv_state", "is set, but spec.conv.width = 0: the layers have no conv");
+    return;
+  }
+  validate_view(where, "storage.conv_state", st.conv_state, spec, st.slots, conv_state_row_elems(spec, st.scratch_steps),
+                backend);
+  require(st.conv_state.dtype == spec.io_dtype, where, "storage.conv_state.dtype",
+          std::string("= ") + to_string(st.conv_state.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype));
+  if (offset_window) return;
+  validate_view(where, "storage.conv_scratch", st.conv_scratch, spec, int64_t(st.slots) * st.scratch_steps,
+                conv_scratch_row_elems(spec), backend);
+  require(st.conv_scratch.dtype == spec.io_dtype, where, "storage.conv_scratch.dtype",
+          std::string("= ") + to_string(st.conv_scratch.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype));
 }
 
 }  // namespace
@@ -144,6 +178,7 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
             std::string("= ") + to_string(st.scratch.dtype) + " differs from storage.pool.dtype = " +
                 to_string(st.pool.dtype));
   }
+  validate_conv_storage(where, spec, st, backend);
   require_buffer(where, "storage.accept_len", st.accept_len, alignof(int32_t));
   if (st.errors != nullptr) require_buffer(where, "storage.errors", st.errors, alignof(DeviceErrorWord));
 }
@@ -228,6 +263,26 @@ void validate_layer_inputs(const char* where, const LayerInputs& in, const Round
     require_buffer(where, "A_log", in.A_log, 4);
     require_buffer(where, "dt_bias", in.dt_bias, 4);
   }
+}
+
+void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype) {
+  const uintptr_t es = dtype_size(io_dtype);
+  require_buffer(where, "x", in.x, es);
+  require_buffer(where, "weight", in.weight, alignof(float));
+  if (in.bias != nullptr) require_buffer(where, "bias", in.bias, alignof(float));
+  int64_t covered = 0;
+  bool ended = false;  // segments in use come first
+  for (int s = 0; s < kMaxConvSegments; ++s) {
+    const std::string arg = "out[" + std::to_string(s) + "]";
+    const ConvOutputSegment& seg = in.out[s];
+    require_in_range(where, (arg + ".channels").c_str(), seg.channels, ended ? 0 : int64_t(s == 0),
+                     ended ? 0 : channels - covered);
+    ended = ended || seg.channels == 0;
+    if (seg.channels > 0) require_buffer(where, (arg + ".y").c_str(), seg.y, es);
+    covered += seg.channels;
+  }
+  require(covered == channels, where, "out", "segments cover " + std::to_string(covered) + " channels, not C = " +
+                                                 std::to_string(channels));
 }
 
 void validate_stream(const char* where, const Stream& s, Backend backend) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kdagraph/ops.hpp"
 #include "kdagraph/verifier.hpp"
@@ -17,6 +18,10 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
 // One state view against the spec: dtype, layers, rows (at least min_rows), strides, alignment.
 void validate_state_view(const char* where, const char* name, const StateView& view, const RoundSpec& spec,
                          int64_t min_rows, Backend backend);
+// One view `name`: dtype, spec.model.layers layers, at least `min_rows` rows of at least `row_elems`
+// elements, 16-byte rows and base, exactly one of base and layer table.
+void validate_view(const char* where, const std::string& name, const StateView& v, const RoundSpec& spec,
+                   int64_t min_rows, int64_t row_elems, Backend backend);
 // Index arrays present, T matching the spec, and `rows` in [1, capacity].
 void validate_indices(const char* where, const RoundSpec& spec, const RoundIndices& idx, int32_t rows);
 void validate_batch_view(const char* where, const BatchView& batch);
@@ -29,6 +34,10 @@ void validate_slot(const char* where, int32_t slot, int32_t pool_slots);
 void validate_slot_list(const char* where, const int32_t* slots, int32_t count, int32_t pool_slots);
 void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t n, int32_t tokens);
 void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& spec);
+// A conv shape (width 0: none) against the layer shape it convolves for.
+void validate_conv_shape(const char* where, const ConvShape& conv, const ModelShape& m);
+// A conv's x, weight, bias and output segments, which must tile [0, channels) in order.
+void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype);
 void validate_stream(const char* where, const Stream& s, Backend backend);
 // A non-null pointer aligned to `alignment` bytes.
 void require_buffer(const char* where, const char* name, const void* p, uintptr_t alignment);

@@ -9,7 +9,7 @@ namespace kdagraph::nvtx {
 const char* name(Range r) {
   static const char* const kNames[] = {"capture", "instantiate", "replay", "eager_round",
                                        "index_build", "layer", "accept", "commit",
-                                       "materialize", "prefill"};
+                                       "materialize", "prefill", "conv"};
   static_assert(sizeof kNames / sizeof kNames[0] == int(Range::count_), "one name per range");
   return kNames[int(r)];
 }

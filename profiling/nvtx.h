@@ -18,6 +18,7 @@ enum class Range : int {
   commit,       // the two-phase commit
   materialize,  // materialize; payload: the number of slots
   prefill,      // prefill of one slot; payload: the slot
+  conv,         // one layer's short convolution (eager); payload: the layer
   count_
 };
 

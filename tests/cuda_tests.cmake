@@ -1,6 +1,7 @@
 # GPU twins of the kernel tests, and the Verifier on the CUDA backend (label gpu). Each reports SKIPPED
 # where no device is visible.
 kdagraph_add_test(verify_cuda_test gpu kernels/verify_cuda_test.cpp)
+kdagraph_add_test(conv_cuda_test gpu kernels/conv_cuda_test.cpp)
 kdagraph_add_test(indices_cuda_test gpu kernels/indices_cuda_test.cpp)
 kdagraph_add_test(state_copy_cuda_test gpu kernels/state_copy_cuda_test.cpp)
 kdagraph_add_test(accept_cuda_test gpu kernels/accept_cuda_test.cpp)

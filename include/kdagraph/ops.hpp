@@ -60,6 +60,12 @@ struct SlotStorage {
   // tokens. Other modes leave them unset.
   StateView token_cache;
   int32_t* cache_parity = nullptr;
+  // The short convolution's state (SPEC §9), present exactly when spec.conv.width > 0. Both in the io
+  // dtype, time-major with the C channels of one column contiguous [TAG_CONV_LAYOUT]:
+  //   conv_state:   row = slot, conv_state_row_elems: W - 2 + S columns (two-phase needs only W - 1);
+  //   conv_scratch: two-phase only, row = slot * S + t, conv_scratch_row_elems: token t's W - 1 columns.
+  StateView conv_state;
+  StateView conv_scratch;
   // Optional: where kernels record what only the device can see (device-writable; host-mapped pinned
   // memory lets the host read it without synchronizing).
   DeviceErrorWord* errors = nullptr;
@@ -72,6 +78,7 @@ struct RoundSpec {
   DType io_dtype = DType::f32;
   VerifyOptions options;
   Mode mode = Mode::fused_accept;
+  ConvShape conv;         // the layers' short convolution; width 0: none
 };
 
 // One layer's inputs for a batch of rows, in backend memory, row-major with the last dim contiguous, in
@@ -113,6 +120,52 @@ struct RoundIndices {
 // T * (H * K + HV * V + HV * K + HV). Laid out as one input row is: k [T, H, K], v [T, HV, V],
 // g [T, HV, K], beta [T, HV].
 int64_t token_cache_row_elems(const RoundSpec& spec);
+
+// Elements (io dtype) of one conv state row: W - 2 + S columns of C in the offset-window modes
+// (fused-accept, replay), W - 1 in two-phase. 0 when spec.conv.width is 0.
+int64_t conv_state_row_elems(const RoundSpec& spec, int32_t scratch_steps);
+// Elements (io dtype) of one conv scratch row (two-phase): one token's window, (W - 1) * C.
+int64_t conv_scratch_row_elems(const RoundSpec& spec);
+
+// One layer's short convolution for a batch of rows (SPEC §9), in backend memory. The outputs are up
+// to three segments that tile the channels [0, C) in order, each [rows, T, channels] contiguous in the
+// io dtype: a plain y [rows, T, C] is one segment; q, k and v as the verify reads them are three
+// (conv_into_verify_inputs). Unused segments have channels 0.
+struct ConvOutputSegment {
+  int32_t channels = 0;
+  void* y = nullptr;
+};
+inline constexpr int kMaxConvSegments = 3;
+
+struct ConvLayerInputs {
+  const void* x = nullptr;        // [rows, T, C] the pre-conv projections, io dtype
+  const float* weight = nullptr;  // [C, W] fp32
+  const float* bias = nullptr;    // [C] fp32, optional
+  ConvOutputSegment out[kMaxConvSegments];
+};
+
+// The conv inputs whose outputs are the verify's q [rows, T, H, K], k [rows, T, H, K] and
+// v [rows, T, HV, V]: channels [0, HK), [HK, 2HK) and [2HK, C).
+ConvLayerInputs conv_into_verify_inputs(const RoundSpec& spec, const void* x, const float* weight, const float* bias,
+                                        void* q, void* k, void* v);
+
+// A standalone short convolution with SPEC §11's short_conv semantics (the fused-accept offset window,
+// in place): x [batch, T, C], y [batch, T, C], one conv state of rows of W - 2 + S columns.
+struct ShortConvCall {
+  ConvShape conv;                 // C, W, activation
+  DType io_dtype = DType::f32;    // of x, y and the state
+  int32_t batch = 0;              // B
+  int32_t tokens = 0;             // T <= S
+  int32_t scratch_steps = 0;      // S: the state rows hold W - 2 + S columns
+  const void* x = nullptr;
+  const float* weight = nullptr;  // [C, W]
+  const float* bias = nullptr;    // [C], optional
+  void* y = nullptr;
+  StateView conv_state;                  // one layer, rows N: row state_indices[b] is batch row b's
+  const int32_t* state_indices = nullptr;  // [B] negative: a padded row (zero output, nothing read or written)
+  const int32_t* num_accepted = nullptr;   // [B] the window starts at column max(a - 1, 0)
+  DeviceErrorWord* errors = nullptr;       // optional: clamped accept lengths, rows outside [0, N)
+};
 
 // int32 elements the indices of `rows` rows of `tokens` tokens take.
 int64_t round_index_elems(int32_t rows, int32_t tokens);
@@ -166,6 +219,17 @@ void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, con
                         int32_t pool_slots, int32_t scratch_steps, int32_t tokens, int32_t* write_row,
                         int32_t* accepted, DeviceErrorWord* errors = nullptr);
 
+// SPEC §9: the short convolution of layer `layer` for `rows` rows, before its verify: each row reads
+// its window from storage.conv_state (fused-accept, replay: at column max(a - 1, 0) with a = the
+// gathered idx.seed_accept, then advanced in place; two-phase: at column 0, each token's window written
+// to conv_scratch row write_row[n][t]) and writes y to the segments of `in`. Padded rows read and write
+// no conv state and output zeros.
+void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                int32_t rows, int32_t layer, const ConvLayerInputs& in);
+
+// SPEC §11 short_conv over one caller-owned conv state (see ShortConvCall).
+void short_conv(const Stream& s, const ShortConvCall& call);
+
 // SPEC §3 accept: `accepted` [rows] in backend memory (the sampler's lengths). Fused-accept writes
 // accept_len[slot] = a; two-phase records a in idx.row_accept for the commit. A length outside [1, T] is
 // clamped into it and recorded.
@@ -173,7 +237,8 @@ void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
             int32_t rows, const int32_t* accepted);
 
 // Two-phase: copies each row's accepted post-state (scratch row slot*S + a - 1) into pool[slot], every
-// layer in one launch.
+// layer in one launch; with a conv, also its window a - 1 (conv_scratch row slot*S + a - 1) into
+// columns [0, W - 1) of conv_state[slot], every layer in one more launch.
 void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
             int32_t rows);
 
@@ -181,7 +246,8 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
 // accept_len a >= 1, pool[slot] = the state after the accepted prefix, in every layer, then
 // accept_len[slot] = 0. Fused-accept copies scratch row slot*S + a - 1; replay applies the a cached
 // tokens to the pool, which needs each layer's gate parameters when the gate is in the kernel: `gates`
-// [L] (host array of backend pointers), else unused. Entries outside [0, P) are skipped and recorded.
+// [L] (host array of backend pointers), else unused. With a conv (fused-accept, replay) the window moves
+// from column a - 1 to column 0 first. Entries outside [0, P) are skipped and recorded.
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
                  int32_t count, const GateParams* gates = nullptr);
 

@@ -33,13 +33,16 @@ struct ModePolicy {
   bool accept_sets_slot = false;   // accept writes accept_len[slot]; otherwise a per-row record
   bool commit = false;             // a commit copies the accepted post-state into the pool, every layer
   bool token_cache = false;        // verify replays the cached accepted prefix onto the pool first
+  // The short convolution's window (SPEC §9): at column max(a - 1, 0) of the conv state, advanced in
+  // place; otherwise at column 0, each token's window to a conv scratch and the commit copies one back.
+  bool conv_offset_window = false;
 };
 
 constexpr ModePolicy mode_policy(Mode m) {
   switch (m) {
-    case Mode::two_phase: return ModePolicy{true, false, false, true, false};
-    case Mode::fused_accept: return ModePolicy{true, true, true, false, false};
-    case Mode::replay: return ModePolicy{false, false, true, false, true};
+    case Mode::two_phase: return ModePolicy{true, false, false, true, false, false};
+    case Mode::fused_accept: return ModePolicy{true, true, true, false, false, true};
+    case Mode::replay: return ModePolicy{false, false, true, false, true, true};
   }
   return ModePolicy{};  // not a Mode: needs nothing, and validation refuses it
 }
@@ -73,6 +76,17 @@ struct VerifyOptions {
   bool beta_is_logit = false;
 };
 
+// SPEC §9: the short convolution's activation.
+enum class ConvActivation : int32_t { silu = 0, none = 1 };
+
+// The causal depthwise convolution before each KDA layer's update (SPEC §9). width 0: the layers have
+// none (the recurrent part alone).
+struct ConvShape {
+  int32_t channels = 0;  // C = 2 * H * K + HV * V at a KDA layer
+  int32_t width = 0;     // W, 2 to 4 (Kimi-Linear: 4); 0: no conv
+  ConvActivation activation = ConvActivation::silu;
+};
+
 // Head geometry of the KDA layers of one model (one tensor-parallel rank).
 struct ModelShape {
   int32_t layers = 0;       // L, KDA layers only
@@ -81,6 +95,11 @@ struct ModelShape {
   int32_t head_k = 0;       // K
   int32_t head_v = 0;       // V
 };
+
+// C of a KDA layer's conv: its q, k and v projections concatenated, 2 * H * K + HV * V.
+inline int32_t conv_channels(const ModelShape& m) {
+  return 2 * m.heads * m.head_k + m.value_heads * m.head_v;
+}
 
 // State storage of SPEC §2.
 struct PoolShape {

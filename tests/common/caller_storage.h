@@ -96,27 +96,34 @@ struct CallerStates {
   }
 };
 
-// An engine's whole per-slot storage for the round of `config` (its model, pool, T and mode), in
-// `layout`, plus the index and batch buffers the round needs.
+// An engine's whole per-slot storage for the round of `config` (its model, pool, T and mode) and the
+// layers' short convolution `conv` (width 0: none), in `layout`, plus the index and batch buffers the
+// round needs.
 struct CallerStorage {
   CallerLayout layout;
   VerifierConfig config;
   RoundSpec spec;
   int32_t pool_rows;  // P, or P + 1 with SGLang's padding slot
   CallerStates pool, scratch, token_cache;
+  CallerStates conv_state, conv_scratch;  // rows 0 without a conv; conv_scratch: two-phase only
   detail::Buffer accept_len, cache_parity, index_storage, batch, accepted, materialize_list;
   SlotStorage storage;
   RoundIndices idx;
 
-  CallerStorage(const VerifierConfig& c, CallerLayout l)
+  CallerStorage(const VerifierConfig& c, CallerLayout l, ConvShape conv = {})
       : layout(l),
         config(c),
-        spec(round_spec(c)),
+        spec(with_conv(round_spec(c), conv)),
         pool_rows(c.pool.slots + (l == CallerLayout::sglang ? 1 : 0)),
         pool(c.backend, l, c.pool.state_dtype, c.model.layers, pool_rows, row_elems(c)),
         scratch(c.backend, l, c.pool.state_dtype, c.model.layers, int64_t(pool_rows) * c.pool.scratch_steps,
                 row_elems(c)),
         token_cache(c.backend, l, c.io_dtype, c.model.layers, 2 * int64_t(pool_rows), token_cache_row_elems(spec)),
+        conv_state(c.backend, l, c.io_dtype, c.model.layers, conv.width > 0 ? pool_rows : 0,
+                   conv_state_row_elems(spec, c.pool.scratch_steps)),
+        conv_scratch(c.backend, l, c.io_dtype, c.model.layers,
+                     conv.width > 0 && !mode_policy(c.mode).conv_offset_window ? int64_t(pool_rows) * c.pool.scratch_steps : 0,
+                     conv_scratch_row_elems(spec)),
         accept_len(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(size_t(pool_rows), 0))),
         cache_parity(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(size_t(pool_rows), 0))),
         index_storage(c.backend, size_t(round_index_elems(c.max_rows, c.tokens)) * sizeof(int32_t)),
@@ -133,7 +140,16 @@ struct CallerStorage {
       storage.token_cache = token_cache.view;
       storage.cache_parity = cache_parity.as<int32_t>();
     }
+    if (conv.width > 0) {
+      storage.conv_state = conv_state.view;
+      if (conv_scratch.rows > 0) storage.conv_scratch = conv_scratch.view;
+    }
     idx = round_indices(index_storage.as<int32_t>(), c.max_rows, c.tokens);
+  }
+
+  static RoundSpec with_conv(RoundSpec spec, const ConvShape& conv) {
+    spec.conv = conv;
+    return spec;
   }
 
   static int64_t row_elems(const VerifierConfig& c) {

@@ -9,6 +9,7 @@
 #include "kdagraph/ops.hpp"
 #include "kernels/stream.h"
 #include "tests/common/caller_storage.h"
+#include "tests/common/conv_rounds.h"
 #include "tests/common/engines.h"
 #include "tests/common/gpu.h"
 #include "tests/common/verify_case.h"
@@ -39,6 +40,18 @@ INSTANTIATE_TEST_SUITE_P(Layouts, OpsLayoutsCuda,
                          ::testing::Values(CallerLayout::compact, CallerLayout::layer_table,
                                            CallerLayout::padded_rows, CallerLayout::sglang),
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+// SPEC §9 on the device: with the short convolution (C = 2 * 64 + 64 = 192, not a multiple of the conv
+// block), the three modes agree bitwise over 200 rounds with joins and retirements, in every layout.
+TEST_P(OpsLayoutsCuda, WithTheConvModesAgreeBitwiseOver200Rounds) {
+  KDA_SKIP_WITHOUT_GPU();
+  const auto stream = detail::StreamHandle::create(Backend::cuda);
+  VerifierConfig c = cuda_ops_config(Mode::fused_accept, DType::f32);
+  c.model = ModelShape{2, 1, 1, 64, 64};
+  c.pool = PoolShape{8, 4, DType::f32};
+  expect_conv_modes_agree(c, ConvShape{conv_channels(c.model), 4, ConvActivation::silu}, GetParam(), stream.get(),
+                          fresh_seed(), 200);
+}
 
 TEST(OpsCuda, ANullEntryOfADeviceLayerTableIsRecordedAndItsRowsArePadding) {
   KDA_SKIP_WITHOUT_GPU();

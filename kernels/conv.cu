@@ -1,0 +1,128 @@
+// SPEC §9 on the device: one thread per (row, channel) unit, consecutive threads on consecutive
+// channels, so every load and store of x, y, the conv state and the conv scratch is coalesced across a
+// warp (C is contiguous in each). The unit's arithmetic is conv_channel of kernels/conv.h, the CPU's.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "kdagraph/error.hpp"
+#include "kernels/conv.h"
+#include "kernels/launch.cuh"
+
+namespace kdagraph {
+namespace {
+
+constexpr int kConvThreads = 128;
+// Grid-stride beyond this many blocks for the window moves.
+constexpr int64_t kMaxWindowBlocks = int64_t(1) << 20;
+
+template <int W, class IoT>
+__global__ void __launch_bounds__(kConvThreads) conv_kernel(const ConvParams p, const int32_t chunks) {
+  const int32_t n = int32_t(blockIdx.x) / chunks;
+  const int32_t c = int32_t(blockIdx.x) % chunks * kConvThreads + int32_t(threadIdx.x);
+  if (c >= p.channels) return;
+  conv_channel<W, IoT>(p, conv_row(p, n, c == 0), n, c);
+}
+
+// One block per (entry, layer, chunk of channels), grid-strided.
+template <class E>
+__global__ void __launch_bounds__(kConvThreads)
+    conv_window_kernel(const ConvWindowParams p, const int32_t chunks, const int64_t units) {
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int32_t chunk = int32_t(u % chunks);
+    const int64_t entry_layer = u / chunks;
+    const int32_t layer = int32_t(entry_layer % p.layers), e = int32_t(entry_layer / p.layers);
+    const bool first_thread = chunk == 0 && threadIdx.x == 0;  // one report per entry, and per layer
+    const ConvWindowMove m = conv_window_move(p, e, layer, first_thread && layer == 0, first_thread);
+    const int32_t c = chunk * kConvThreads + int32_t(threadIdx.x);
+    if (m.dst != nullptr && c < p.channels) conv_window_channel<E>(p, m, c);
+  }
+}
+
+void require_aligned(const char* where, const char* argument, const void* ptr, uintptr_t bytes) {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  require(ptr != nullptr && addr % bytes == 0, where, argument,
+          "= " + std::to_string(addr) + " must be non-null and " + std::to_string(bytes) + "-byte aligned");
+}
+
+// A view the kernels address: its dtype, row stride and (one allocation) base.
+void require_view(const char* where, const char* name, const StateView& v, DType dtype, int64_t row_elems) {
+  require(v.dtype == dtype, where, name, std::string("dtype = ") + to_string(v.dtype) + " differs from io_dtype");
+  require(v.row_stride >= row_elems, where, name,
+          "row_stride = " + std::to_string(v.row_stride) + " elements is below a row's " + std::to_string(row_elems));
+  if (v.layer_table == nullptr) require_aligned(where, name, v.base, 16);
+  else require_aligned(where, name, v.layer_table, alignof(void*));
+}
+
+// The one place the width and dtype become template parameters; `p.width` is checked to be 2 to 4.
+template <class IoT>
+cudaError_t dispatch_width(const ConvParams& p, cudaStream_t stream, int32_t chunks, unsigned blocks) {
+  if (p.width == 2) return launch_kernel(conv_kernel<2, IoT>, blocks, kConvThreads, stream, p, chunks);
+  if (p.width == 3) return launch_kernel(conv_kernel<3, IoT>, blocks, kConvThreads, stream, p, chunks);
+  return launch_kernel(conv_kernel<4, IoT>, blocks, kConvThreads, stream, p, chunks);
+}
+
+}  // namespace
+
+cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
+  const char* where = "launch_conv";
+  require_in_range(where, "width", p.width, kMinConvWidth, kMaxConvWidth);
+  require_in_range(where, "rows", p.rows, 0, INT32_MAX);
+  require_in_range(where, "tokens", p.tokens, 1, p.offset_window ? p.scratch_steps : INT32_MAX);
+  require_in_range(where, "channels", p.channels, 1, INT32_MAX);
+  require(p.io_dtype == DType::f32 || p.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
+  if (p.rows == 0) return cudaSuccess;
+  const uintptr_t es = uintptr_t(elem_bytes(p.io_dtype));
+  int64_t covered = 0;
+  for (int s = 0; s < kMaxConvSegments; ++s) {
+    require_in_range(where, "out[].channels", p.out[s].channels, 0, p.channels - covered);
+    if (p.out[s].channels > 0) require_aligned(where, "out[].y", p.out[s].y, es);
+    covered += p.out[s].channels;
+  }
+  require(covered == p.channels, where, "out", "covers " + std::to_string(covered) + " of C = " + std::to_string(p.channels) + " channels");
+  require_aligned(where, "x", p.x, es);
+  require_aligned(where, "weight", p.weight, alignof(float));
+  if (p.bias != nullptr) require_aligned(where, "bias", p.bias, alignof(float));
+  require_aligned(where, "row_slot", p.row_slot, alignof(int32_t));
+  const int64_t columns = conv_state_columns(p.offset_window, p.width, p.scratch_steps);
+  require_view(where, "state", p.state, p.io_dtype, columns * p.channels);
+  if (p.offset_window) {
+    require_aligned(where, "row_accept", p.row_accept, alignof(int32_t));
+  } else {
+    require_aligned(where, "write_row", p.write_row, alignof(int32_t));
+    require_view(where, "scratch", p.scratch, p.io_dtype, int64_t(p.width - 1) * p.channels);
+  }
+  const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
+  const int64_t blocks = int64_t(p.rows) * chunks;
+  require(blocks <= int64_t(INT32_MAX), where, "rows",
+          "= " + std::to_string(p.rows) + " with C = " + std::to_string(p.channels) + " needs " +
+              std::to_string(blocks) + " blocks, more than a grid holds");
+  return p.io_dtype == DType::f32 ? dispatch_width<float>(p, stream, chunks, unsigned(blocks))
+                                  : dispatch_width<math::bf16>(p, stream, chunks, unsigned(blocks));
+}
+
+cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream) {
+  const char* where = "launch_conv_window";
+  require_in_range(where, "count", p.count, 0, INT32_MAX);
+  require_in_range(where, "width", p.width, kMinConvWidth, kMaxConvWidth);
+  require_in_range(where, "channels", p.channels, 1, INT32_MAX);
+  require_in_range(where, "layers", p.layers, 1, INT32_MAX);
+  require(p.io_dtype == DType::f32 || p.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
+  if (p.count == 0) return cudaSuccess;
+  require_aligned(where, "slot_of", p.slot_of, alignof(int32_t));
+  if (p.accept_of != nullptr) require_aligned(where, "accept_of", p.accept_of, alignof(int32_t));
+  else require_aligned(where, "accept_len", p.accept_len, alignof(int32_t));
+  const int64_t window = int64_t(p.width - 1) * p.channels;
+  require_view(where, "state", p.state, p.io_dtype,
+               p.from_scratch ? window : conv_state_columns(true, p.width, p.scratch_steps) * int64_t(p.channels));
+  if (p.from_scratch) require_view(where, "scratch", p.scratch, p.io_dtype, window);
+  const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
+  const int64_t units = int64_t(p.count) * p.layers * chunks;
+  const unsigned blocks = unsigned(std::min(units, kMaxWindowBlocks));
+  return p.io_dtype == DType::f32 ? launch_kernel(conv_window_kernel<uint32_t>, blocks, kConvThreads, stream, p, chunks, units)
+                                  : launch_kernel(conv_window_kernel<uint16_t>, blocks, kConvThreads, stream, p, chunks, units);
+}
+
+}  // namespace kdagraph

@@ -1,0 +1,289 @@
+// SPEC §9: the short convolution of a KDA layer, a causal depthwise convolution of width W over the C
+// channels of its q, k and v projections, and the moves of its window (two-phase commit, materialize).
+//
+//   y_t[c] = act(sum_{j<W} w[c][j] * x_{t-W+1+j}[c] (+ bias[c])),  fp32, in this order [TAG_CONV_ORDER]
+//
+// Inputs before the round's first token come from the slot's conv state. One unit of work is one
+// channel of one row for all T tokens (conv_channel): it reads its window, then writes it, and no other
+// unit touches that channel of that row, so the in-place update of the offset window needs no barrier.
+// The CPU and the CUDA kernel run the same functions below.
+//
+// [TAG_CONV_LAYOUT] Conv state row `slot`, conv scratch row `slot * S + t`: time-major, column j (one
+// input vector x of C channels) at element j * C, io dtype. The window of the last W - 1 inputs starts
+// at column 0 (two-phase, and after a prefill or a materialize) or at max(a - 1, 0) (fused-accept,
+// replay); a round writes columns [0, W - 2) <- [o + 1, o + W - 1) and [W - 2, W - 2 + T) <- x_1..x_T.
+// include/kdagraph/ops.hpp (SlotStorage), the Verifier's allocation and the README describe it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kdagraph/error.hpp"
+#include "kdagraph/ops.hpp"
+#include "kernels/device_error.h"
+#include "kernels/kda_math.h"
+#include "kernels/layout.h"
+
+namespace kdagraph {
+
+inline constexpr int32_t kMinConvWidth = 2;
+inline constexpr int32_t kMaxConvWidth = 4;
+
+// Columns a conv state row needs: the window plus room for T <= S new inputs in the offset-window
+// modes, the window alone otherwise.
+KDA_HD int32_t conv_state_columns(bool offset_window, int32_t width, int32_t scratch_steps) {
+  return offset_window ? width - 2 + scratch_steps : width - 1;
+}
+
+// Column where the window of a slot with accept length `a` starts (offset-window modes).
+KDA_HD int32_t conv_window_offset(int32_t accept) { return accept > 0 ? accept - 1 : 0; }
+
+KDA_HD float conv_activation(ConvActivation act, float z) {
+  switch (act) {
+    case ConvActivation::silu: return z * math::sigmoid(z);
+    case ConvActivation::none:
+    default: return z;
+  }
+}
+
+struct ConvParams {
+  int32_t rows = 0;      // N
+  int32_t tokens = 0;    // T
+  int32_t channels = 0;  // C
+  int32_t width = 0;     // W
+  ConvActivation activation = ConvActivation::silu;
+  DType io_dtype = DType::f32;  // of x, y, the conv state and the conv scratch
+
+  const void* x = nullptr;        // [N, T, C]
+  const float* weight = nullptr;  // [C, W]
+  const float* bias = nullptr;    // [C] or null
+  ConvOutputSegment out[kMaxConvSegments];  // tile [0, C) in order, each [N, T, channels]
+
+  // Layer `layer` of the views. Row n is slot row_slot[n] (negative: padded; >= slots: recorded, padded).
+  StateView state;
+  StateView scratch;             // two-phase: conv scratch rows write_row[n][t]
+  int32_t layer = 0;
+  int32_t slots = 0;             // rows of the state a batch may name
+  int32_t scratch_steps = 0;     // S: offset-window rows hold W - 2 + S columns
+  bool offset_window = true;     // ModePolicy::conv_offset_window
+  const int32_t* row_slot = nullptr;    // [N]
+  const int32_t* row_accept = nullptr;  // [N] offset window: the slot's accept length a
+  const int32_t* write_row = nullptr;   // [N, T] two-phase
+  DeviceErrorWord* errors = nullptr;
+};
+
+// What row n of a conv does, decided once per row: where its conv state row starts (null: padded, or
+// an invalid layer base) and where its window starts. Recorded errors are reported when `report`.
+struct ConvRow {
+  char* state = nullptr;
+  char* scratch = nullptr;
+  int32_t offset = 0;
+  KDA_HD bool padded() const { return state == nullptr; }
+};
+
+KDA_HD ConvRow conv_row(const ConvParams& p, int32_t n, bool report) {
+  ConvRow r;
+  const int32_t slot = p.row_slot[n];
+  if (slot < 0) return r;
+  if (slot >= p.slots) {
+    if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, slot);
+    return r;
+  }
+  if (p.offset_window) {
+    int32_t a = p.row_accept[n];
+    if (a < 0 || a > p.scratch_steps) {  // the window must lie inside the row's W - 2 + S columns
+      if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, a);
+      a = a < 0 ? 0 : p.scratch_steps;
+    }
+    r.offset = conv_window_offset(a);
+  }
+  char* state = layer_base(p.state, p.layer);
+  char* scratch = p.offset_window ? nullptr : layer_base(p.scratch, p.layer);
+  if (state == nullptr || (!p.offset_window && scratch == nullptr)) {
+    if (report) record_device_error(p.errors, DeviceErrorCode::layer_base_invalid, n, p.layer);
+    return r;
+  }
+  r.state = state_row(state, p.state, slot);
+  r.scratch = scratch;
+  return r;
+}
+
+// Where channel c of a row's outputs goes: the segment holding it, found once per unit (the
+// segments' array is indexed with constants only, so the device reads it from the parameters).
+template <class IoT>
+struct ConvOutputAt {
+  IoT* y;           // channel c of token 0 of row 0
+  int64_t stride;   // elements from one token to the next: the segment's channels
+  KDA_HD IoT* at(int64_t token) const { return y + token * stride; }
+};
+
+template <class IoT>
+KDA_HD ConvOutputAt<IoT> conv_output(const ConvParams& p, int32_t c) {
+  int32_t first = 0, channels = p.out[0].channels;
+  void* y = p.out[0].y;
+  for (int s = 1; s < kMaxConvSegments; ++s) {
+    if (c >= first + channels) {
+      first += channels;
+      channels = p.out[s].channels;
+      y = p.out[s].y;
+    }
+  }
+  return ConvOutputAt<IoT>{static_cast<IoT*>(y) + (c - first), channels};
+}
+
+// [TAG_CONV_ORDER] One output: the W products summed oldest input first, then the bias, then the
+// activation. `window` holds the W - 1 inputs before x.
+template <int W>
+KDA_HD float conv_output_value(const ConvParams& p, const float (&w)[W], const float (&window)[W - 1], float x,
+                               float bias) {
+  float acc = 0.0f;
+  for (int j = 0; j < W - 1; ++j) acc = math::fmadd(w[j], window[j], acc);
+  acc = math::fmadd(w[W - 1], x, acc);
+  if (p.bias != nullptr) acc = acc + bias;
+  return conv_activation(p.activation, acc);
+}
+
+// One unit of work: channel c of row n for all T tokens. The window is read whole before anything is
+// written: in the offset-window modes the row's new columns overlap the columns it was read from.
+template <int W, class IoT>
+KDA_HD void conv_channel(const ConvParams& p, const ConvRow& r, int32_t n, int32_t c) {
+  const int32_t T = p.tokens;
+  const int64_t C = p.channels;
+  const ConvOutputAt<IoT> out = conv_output<IoT>(p, c);
+  const int64_t token0 = int64_t(n) * T;
+  if (r.padded()) {
+    for (int32_t t = 0; t < T; ++t) *out.at(token0 + t) = math::from_f32<IoT>(0.0f);
+    return;
+  }
+  IoT* state = reinterpret_cast<IoT*>(r.state) + c;  // column j of this channel at state[j * C]
+  float window[W - 1];
+  for (int j = 0; j < W - 1; ++j) window[j] = math::to_f32(state[(r.offset + j) * C]);
+  float w[W];
+  for (int j = 0; j < W; ++j) w[j] = p.weight[c * int64_t(W) + j];
+  const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+  if (p.offset_window) {  // the window's last W - 2 inputs move to the front
+    for (int j = 0; j < W - 2; ++j) state[j * C] = math::from_f32<IoT>(window[j + 1]);
+  }
+
+  const IoT* x = static_cast<const IoT*>(p.x) + token0 * C + c;
+  for (int32_t t = 0; t < T; ++t) {
+    const IoT x_raw = x[t * C];
+    const float xt = math::to_f32(x_raw);
+    *out.at(token0 + t) = math::from_f32<IoT>(conv_output_value<W>(p, w, window, xt, bias));
+    for (int j = 0; j < W - 2; ++j) window[j] = window[j + 1];
+    window[W - 2] = xt;
+    if (p.offset_window) {
+      state[(W - 2 + t) * C] = x_raw;
+      continue;
+    }
+    const int32_t row = p.write_row[token0 + t];
+    if (row < 0) continue;
+    IoT* scratch = reinterpret_cast<IoT*>(state_row(r.scratch, p.scratch, row)) + c;
+    for (int j = 0; j < W - 1; ++j) scratch[j * C] = math::from_f32<IoT>(window[j]);
+  }
+}
+
+// The window moves of SPEC §9, for every (entry, layer, channel): the W - 1 columns starting at
+//   commit (two-phase, from_scratch):  conv scratch row slot * S + a - 1, a = accept_of[e];
+//   materialize (offset window):       column a - 1 of the conv state row, a = accept_len[slot],
+// go to columns [0, W - 1) of conv state row `slot`. Nothing moves for a = 0 (nor a = 1 in place).
+// materialize resets accept_len afterwards, as a separate step (ops::materialize).
+struct ConvWindowParams {
+  int32_t count = 0;                  // entries: batch rows (commit) or listed slots (materialize)
+  const int32_t* slot_of = nullptr;   // [count] slot of each entry; entries outside [0, slots) are skipped
+  const int32_t* accept_of = nullptr; // [count] accept length per entry (commit); nullptr: accept_len[slot]
+  const int32_t* accept_len = nullptr;  // [P]
+  int32_t slots = 0;                  // P
+  int32_t scratch_steps = 0;          // S
+  int32_t channels = 0;               // C
+  int32_t width = 0;                  // W
+  int32_t layers = 0;                 // L
+  DType io_dtype = DType::f32;
+  bool from_scratch = true;
+  StateView state;
+  StateView scratch;                  // from_scratch only
+  DeviceErrorWord* errors = nullptr;
+};
+
+// Where entry e's window comes from and goes to in layer `layer`; {nullptr, nullptr} when nothing moves.
+// A clamped accept length is recorded when `report_accept`, an invalid layer base when `report_layer`.
+struct ConvWindowMove {
+  const char* src;
+  char* dst;
+};
+
+KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int32_t layer, bool report_accept,
+                                       bool report_layer) {
+  const ConvWindowMove none{nullptr, nullptr};
+  const int32_t slot = p.slot_of[e];
+  if (slot < 0 || slot >= p.slots) return none;
+  int32_t a = p.accept_of != nullptr ? p.accept_of[e] : p.accept_len[slot];
+  if (a < 0 || a > p.scratch_steps) {
+    if (report_accept) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, e, a);
+    a = a < 0 ? 0 : p.scratch_steps;
+  }
+  if (a == 0 || (!p.from_scratch && a == 1)) return none;
+  char* state = layer_base(p.state, layer);
+  char* scratch = p.from_scratch ? layer_base(p.scratch, layer) : nullptr;
+  if (state == nullptr || (p.from_scratch && scratch == nullptr)) {
+    if (report_layer) record_device_error(p.errors, DeviceErrorCode::layer_base_invalid, e, layer);
+    return none;
+  }
+  char* dst = state_row(state, p.state, slot);
+  if (p.from_scratch) return ConvWindowMove{state_row(scratch, p.scratch, scratch_row(slot, a - 1, p.scratch_steps)), dst};
+  return ConvWindowMove{dst + int64_t(a - 1) * p.channels * elem_bytes(p.io_dtype), dst};
+}
+
+// Channel c of a move, elements of type E (the io dtype's bits), oldest column first. A materialize's
+// source and destination overlap with the destination first (a - 1 columns lower), so copying upwards
+// reads every column before it is overwritten.
+template <class E>
+KDA_HD void conv_window_channel(const ConvWindowParams& p, const ConvWindowMove& m, int32_t c) {
+  const E* src = reinterpret_cast<const E*>(m.src) + c;
+  E* dst = reinterpret_cast<E*>(m.dst) + c;
+  const int64_t C = p.channels;
+  for (int32_t j = 0; j < p.width - 1; ++j) dst[j * C] = src[j * C];
+}
+
+// Host backend: both cores over the (row, channel) units. Runs now.
+void conv_cpu(const ConvParams& p);
+void conv_window_cpu(const ConvWindowParams& p);
+
+}  // namespace kdagraph
+
+#if defined(KDAGRAPH_WITH_CUDA)
+#include <cuda_runtime_api.h>
+namespace kdagraph {
+// Enqueue on `stream`; allocate nothing, never synchronize. Throw InvalidArgument, naming the check and
+// the value, for parameters the kernels are not built for.
+cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream);
+cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream);
+}  // namespace kdagraph
+#endif
+
+namespace kdagraph {
+struct ConvOp {
+  using Params = ConvParams;
+  static constexpr const char* kName = "conv";
+  static void cpu(const Params& p) { conv_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_conv(p, s); }
+#endif
+  static std::string shape(const Params& p) {
+    return "layer=" + std::to_string(p.layer) + " rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens) +
+           " C=" + std::to_string(p.channels) + " W=" + std::to_string(p.width);
+  }
+};
+struct ConvWindowOp {
+  using Params = ConvWindowParams;
+  static constexpr const char* kName = "conv_window";
+  static void cpu(const Params& p) { conv_window_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA)
+  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_conv_window(p, s); }
+#endif
+  static std::string shape(const Params& p) {
+    return std::string(p.from_scratch ? "commit" : "materialize") + " count=" + std::to_string(p.count) +
+           " layers=" + std::to_string(p.layers) + " C=" + std::to_string(p.channels);
+  }
+};
+}  // namespace kdagraph

@@ -1,0 +1,287 @@
+// SPEC §9, §10 on the CPU backend: the short convolution through the operations on caller-owned
+// storage. Two-phase, fused-accept and replay agree bitwise over 200 rounds with joins and retirements
+// in every engine layout; short_conv has SPEC §11's semantics; every bad argument is refused by name
+// with every buffer unchanged.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kdagraph/ops.hpp"
+#include "tests/common/caller_storage.h"
+#include "tests/common/conv_case.h"
+#include "tests/common/conv_rounds.h"
+#include "tests/common/engines.h"
+
+namespace kdagraph::test {
+namespace {
+
+const Stream kCpu{Backend::cpu, nullptr};
+
+// L = 2, H = 1, HV = 3, K = V = 16: C = 2 * 16 + 3 * 16 = 80 channels.
+VerifierConfig conv_config(DType io) {
+  VerifierConfig c = small_verifier(Backend::cpu, Mode::fused_accept, /*layers=*/2, /*tokens=*/3);
+  c.model = ModelShape{2, 1, 3, 16, 16};
+  c.pool = PoolShape{8, 4, DType::f32};
+  c.max_rows = 4;
+  c.io_dtype = io;
+  return c;
+}
+
+ConvShape kimi_conv(const VerifierConfig& c, int32_t width = 4) {
+  return ConvShape{conv_channels(c.model), width, ConvActivation::silu};
+}
+
+class ConvOpsLayouts : public ::testing::TestWithParam<CallerLayout> {};
+
+TEST_P(ConvOpsLayouts, ModesAgreeBitwiseOver200RoundsWithJoinsAndRetirements) {
+  for (DType io : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(to_string(io));
+    const VerifierConfig c = conv_config(io);
+    expect_conv_modes_agree(c, kimi_conv(c), GetParam(), kCpu, fresh_seed(), 200);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ConvOpsLayouts,
+                         ::testing::Values(CallerLayout::compact, CallerLayout::layer_table,
+                                           CallerLayout::padded_rows, CallerLayout::sglang),
+                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+TEST(ConvOps, ModesAgreeAtEveryWidthAndWithoutActivation) {
+  for (int32_t width : {2, 3}) {
+    SCOPED_TRACE("W=" + std::to_string(width));
+    const VerifierConfig c = conv_config(DType::f32);
+    expect_conv_modes_agree(c, kimi_conv(c, width), CallerLayout::compact, kCpu, fresh_seed(), 60);
+  }
+  const VerifierConfig c = conv_config(DType::bf16);
+  ConvShape linear = kimi_conv(c);
+  linear.activation = ConvActivation::none;
+  expect_conv_modes_agree(c, linear, CallerLayout::compact, kCpu, fresh_seed(), 60);
+}
+
+TEST(ConvOps, RowElemsFollowTheMode) {
+  RoundSpec spec;
+  spec.model = ModelShape{2, 1, 3, 16, 16};
+  spec.conv = ConvShape{80, 4, ConvActivation::silu};
+  for (Mode m : {Mode::fused_accept, Mode::replay}) {
+    spec.mode = m;
+    EXPECT_EQ(conv_state_row_elems(spec, 5), (4 - 2 + 5) * 80);
+  }
+  spec.mode = Mode::two_phase;
+  EXPECT_EQ(conv_state_row_elems(spec, 5), 3 * 80);
+  EXPECT_EQ(conv_scratch_row_elems(spec), 3 * 80);
+  spec.conv = ConvShape{};
+  EXPECT_EQ(conv_state_row_elems(spec, 5), 0);
+}
+
+// short_conv of SPEC §11 over a ConvCase's buffers: x and y [B, T, C], the window at
+// max(num_accepted - 1, 0), rows named by state_indices (negative: padded), against fp64.
+TEST(ConvOps, ShortConvIsTheOffsetWindowConvOnOneSegment) {
+  for (DType io : {DType::f32, DType::bf16}) {
+    ConvCaseShape sh;
+    sh.io = io;
+    sh.channels = 131;
+    sh.tokens = 3;
+    sh.scratch_steps = 4;
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(sh.str() + " seed=" + std::to_string(seed));
+    ConvCase c(sh, seed, {4, -1, 0, 2}, {3, 0, 0, 1});
+    const ConvExpectation want = expect_of(c);
+    ShortConvCall call;
+    call.conv = ConvShape{sh.channels, sh.width, sh.activation};
+    call.io_dtype = io;
+    call.batch = sh.rows;
+    call.tokens = sh.tokens;
+    call.scratch_steps = sh.scratch_steps;
+    call.x = c.x.bytes.data();
+    call.weight = c.weight.data();
+    call.bias = c.bias.data();
+    call.y = c.y[0].bytes.data();
+    call.conv_state = state_view(c.state.bytes.data(), io, 1, 0, sh.slots, c.state_stride);
+    call.state_indices = c.row_slot.data();
+    call.num_accepted = c.row_accept.data();
+    ops::short_conv(kCpu, call);
+    expect_conv_results(c, want, conv_tolerance(io));
+  }
+}
+
+TEST(ConvOps, ShortConvRefusesBadArgumentsByName) {
+  ConvCaseShape sh;
+  sh.channels = 10;
+  ConvCase c(sh, fresh_seed(), {0, 1, 2, 3}, {0, 0, 0, 0});
+  ShortConvCall good;
+  good.conv = ConvShape{sh.channels, sh.width, sh.activation};
+  good.batch = sh.rows;
+  good.tokens = sh.tokens;
+  good.scratch_steps = sh.scratch_steps;
+  good.x = c.x.bytes.data();
+  good.weight = c.weight.data();
+  good.y = c.y[0].bytes.data();
+  good.conv_state = state_view(c.state.bytes.data(), sh.io, 1, 0, sh.slots, c.state_stride);
+  good.state_indices = c.row_slot.data();
+  good.num_accepted = c.row_accept.data();
+  const std::vector<std::pair<std::string, std::function<void(ShortConvCall&)>>> bad = {
+      {"conv.width", [](ShortConvCall& k) { k.conv.width = 1; }},
+      {"conv.width", [](ShortConvCall& k) { k.conv.width = 0; }},
+      {"conv.channels", [](ShortConvCall& k) { k.conv.channels = 0; }},
+      {"scratch_steps", [](ShortConvCall& k) { k.tokens = k.scratch_steps + 1; }},
+      {"batch", [](ShortConvCall& k) { k.batch = 0; }},
+      {"y", [](ShortConvCall& k) { k.y = nullptr; }},
+      {"x", [](ShortConvCall& k) { k.x = static_cast<const char*>(k.x) + 1; }},
+      {"weight", [](ShortConvCall& k) { k.weight = nullptr; }},
+      {"conv_state.row_stride", [](ShortConvCall& k) { k.conv_state.row_stride = 4; }},
+      {"conv_state.dtype", [](ShortConvCall& k) { k.conv_state.dtype = DType::bf16; }},
+      {"conv_state.rows", [](ShortConvCall& k) { k.conv_state.rows = 0; }},
+      {"state_indices", [](ShortConvCall& k) { k.state_indices = nullptr; }},
+      {"num_accepted", [](ShortConvCall& k) { k.num_accepted = nullptr; }},
+  };
+  const auto state = c.state.bytes, y = c.y[0].bytes;
+  for (const auto& [argument, spoil] : bad) {
+    ShortConvCall call = good;
+    spoil(call);
+    try {
+      ops::short_conv(kCpu, call);
+      ADD_FAILURE() << "a bad " << argument << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ops::short_conv"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(c.state.bytes == state) << "a refused call changed the state";
+    EXPECT_TRUE(c.y[0].bytes == y) << "a refused call changed y";
+  }
+}
+
+// A round's arguments with a conv, and the bad variants of them.
+struct BadConvCall {
+  std::string argument;
+  std::function<void(RoundSpec&, SlotStorage&, ConvLayerInputs&, int32_t& layer)> spoil;
+};
+
+std::vector<BadConvCall> bad_conv_calls() {
+  auto misaligned = [](const void* p, int bytes) { return static_cast<const char*>(p) + bytes; };
+  return {
+      {"conv.channels", [](RoundSpec& sp, auto&, auto&, auto&) { sp.conv.channels += 1; }},
+      {"conv.width", [](RoundSpec& sp, auto&, auto&, auto&) { sp.conv.width = 1; }},
+      {"conv.width", [](RoundSpec& sp, auto&, auto&, auto&) { sp.conv.width = 5; }},
+      {"conv.activation", [](RoundSpec& sp, auto&, auto&, auto&) { sp.conv.activation = ConvActivation(7); }},
+      {"storage.scratch_steps", [](RoundSpec& sp, SlotStorage& s, auto&, auto&) { s.scratch_steps = sp.tokens - 1; }},
+      {"storage.conv_state", [](RoundSpec& sp, auto&, auto&, auto&) { sp.conv = ConvShape{}; }},
+      {"storage.conv_state", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_state.base = nullptr; }},
+      {"storage.conv_state.base", [=](auto&, SlotStorage& s, auto&, auto&) { s.conv_state.base = const_cast<char*>(misaligned(s.conv_state.base, 4)); }},
+      {"storage.conv_state.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_state.row_stride -= 4; }},
+      {"storage.conv_state.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_state.row_stride += 1; }},
+      {"storage.conv_state.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_state.rows = s.slots - 1; }},
+      {"storage.conv_state.layers", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_state.layers = 1; }},
+      {"storage.conv_state.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_state.dtype = DType::bf16; }},
+      {"x", [](auto&, auto&, ConvLayerInputs& in, auto&) { in.x = nullptr; }},
+      {"x", [=](auto&, auto&, ConvLayerInputs& in, auto&) { in.x = misaligned(in.x, 2); }},
+      {"weight", [](auto&, auto&, ConvLayerInputs& in, auto&) { in.weight = nullptr; }},
+      {"bias", [=](auto&, auto&, ConvLayerInputs& in, auto&) { in.bias = reinterpret_cast<const float*>(misaligned(in.weight, 2)); }},
+      {"out[1].y", [](auto&, auto&, ConvLayerInputs& in, auto&) { in.out[1].y = nullptr; }},
+      {"out[0].channels", [](auto&, auto&, ConvLayerInputs& in, auto&) { in.out[0].channels = 0; }},
+      {"out[2].channels", [](auto&, auto&, ConvLayerInputs& in, auto&) { in.out[2].channels += 1; }},
+      {"out", [](auto&, auto&, ConvLayerInputs& in, auto&) { in.out[2].channels -= 1; }},
+      {"layer", [](RoundSpec& sp, auto&, auto&, int32_t& layer) { layer = sp.model.layers; }},
+  };
+}
+
+std::vector<BadConvCall> bad_two_phase_calls() {
+  return {
+      {"storage.conv_scratch", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_scratch.base = nullptr; }},
+      {"storage.conv_scratch.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_scratch.rows = int64_t(s.slots) * s.scratch_steps - 1; }},
+      {"storage.conv_scratch.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_scratch.row_stride -= 4; }},
+      {"storage.conv_scratch.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.conv_scratch.dtype = DType::bf16; }},
+  };
+}
+
+// Every operation with each bad variant: InvalidArgument naming the argument and the operation, and
+// every buffer as it was. Returns how many calls were refused.
+int expect_conv_refusals(Mode mode, const std::vector<BadConvCall>& calls) {
+  std::mt19937_64 rng(fresh_seed());
+  VerifierConfig cfg = conv_config(DType::f32);
+  cfg.mode = mode;
+  CallerStorage c(cfg, CallerLayout::compact, kimi_conv(cfg));
+  ConvModeRun out(cfg, CallerLayout::compact, kimi_conv(cfg));
+  const size_t N = size_t(cfg.max_rows), T = size_t(cfg.tokens), C = size_t(conv_channels(cfg.model));
+  const detail::Buffer x = detail::Buffer::copy_of(Backend::cpu, random_io_bytes(N * T * C, DType::f32, rng, -1, 1));
+  const detail::Buffer w = detail::Buffer::copy_of(Backend::cpu, random_io_bytes(C * 4 + C, DType::f32, rng, -1, 1));
+  for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) {
+    c.prefill(slot, random_states(cfg, rng));
+    for (int32_t l = 0; l < cfg.model.layers; ++l)
+      c.conv_state.write_row(l, slot, random_io_bytes(size_t(c.conv_state.row_elems), DType::f32, rng, -1, 1).data());
+  }
+  const std::vector<int32_t> packed = {2, 4, 1, -1, -1}, accepted = {2, 3, 0, 0}, accept_len(8, 2);
+  c.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
+  c.accepted.upload(accepted.data(), accepted.size() * sizeof(int32_t));
+  c.accept_len.upload(accept_len.data(), accept_len.size() * sizeof(int32_t));
+  const int32_t rows = cfg.max_rows;
+  ops::build_indices(kCpu, c.spec, c.storage, c.batch_view(rows), c.idx);
+  if (mode_policy(mode).commit) ops::accept(kCpu, c.spec, c.storage, c.idx, rows, c.accepted.as<int32_t>());
+  const ConvLayerInputs good = conv_into_verify_inputs(c.spec, x.data(), w.as<float>(), w.as<float>() + 4 * C,
+                                                       out.q[1].data(), out.k[1].data(), out.v[1].data());
+  const std::vector<int32_t> retiring = {4, 1};
+  c.materialize_list.upload(retiring.data(), retiring.size() * sizeof(int32_t));
+
+  using Op = std::function<void(const RoundSpec&, const SlotStorage&, const ConvLayerInputs&, int32_t)>;
+  std::vector<std::pair<const char*, Op>> operations = {
+      {"conv_layer", [&](auto& sp, auto& st, auto& in, int32_t layer) { ops::conv_layer(kCpu, sp, st, c.idx, rows, layer, in); }},
+      {"build_indices", [&](auto& sp, auto& st, auto&, int32_t) { ops::build_indices(kCpu, sp, st, c.batch_view(rows), c.idx); }},
+      {"materialize", [&](auto& sp, auto& st, auto&, int32_t) { ops::materialize(kCpu, sp, st, c.materialize_list.as<int32_t>(), 2); }},
+  };
+  if (mode_policy(mode).commit)
+    operations.push_back({"commit", [&](auto& sp, auto& st, auto&, int32_t) { ops::commit(kCpu, sp, st, c.idx, rows); }});
+  auto snapshot = [&] {
+    std::vector<std::vector<uint8_t>> all = {c.pool.bytes(), c.scratch.bytes(), c.conv_state.bytes(), c.conv_scratch.bytes(),
+                                             c.accept_len.download<uint8_t>(), c.index_storage.download<uint8_t>()};
+    for (const auto& o : out.outputs()) all.push_back(o);
+    return all;
+  };
+  const auto before = snapshot();
+  int refused = 0;
+  for (const BadConvCall& bad : calls) {
+    for (const auto& [name, op] : operations) {
+      const bool conv_only = bad.argument == "layer" || bad.argument == "x" || bad.argument == "weight" ||
+                             bad.argument == "bias" || bad.argument.rfind("out", 0) == 0;
+      if (conv_only && std::string(name) != "conv_layer") continue;  // an argument this operation does not take
+      RoundSpec spec = c.spec;
+      SlotStorage storage = c.storage;
+      ConvLayerInputs in = good;
+      int32_t layer = 1;
+      bad.spoil(spec, storage, in, layer);
+      SCOPED_TRACE(std::string(to_string(mode)) + ": " + name + " with a bad " + bad.argument);
+      try {
+        op(spec, storage, in, layer);
+        ADD_FAILURE() << "was accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_EQ(e.argument(), bad.argument) << e.what();
+        EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << "names the operation: " << e.what();
+        ++refused;
+      }
+      EXPECT_TRUE(snapshot() == before) << "a refused call changed a buffer";
+    }
+  }
+  return refused;
+}
+
+TEST(ConvOps, BadConvArgumentsAreRefusedByNameAndChangeNothing) {
+  EXPECT_EQ(expect_conv_refusals(Mode::fused_accept, bad_conv_calls()), 13 * 3 + 9);
+  EXPECT_EQ(expect_conv_refusals(Mode::replay, bad_conv_calls()), 13 * 3 + 9);
+  std::vector<BadConvCall> two_phase = bad_conv_calls();
+  for (BadConvCall& b : bad_two_phase_calls()) two_phase.push_back(std::move(b));
+  EXPECT_EQ(expect_conv_refusals(Mode::two_phase, two_phase), (13 + 4) * 4 + 9);
+}
+
+TEST(ConvOps, ConvLayerNeedsAConv) {
+  const VerifierConfig cfg = conv_config(DType::f32);
+  CallerStorage c(cfg, CallerLayout::compact);
+  try {
+    ops::conv_layer(kCpu, c.spec, c.storage, c.idx, cfg.max_rows, 0, ConvLayerInputs{});
+    FAIL() << "a conv without a conv shape was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "spec.conv.width") << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kdagraph::test
