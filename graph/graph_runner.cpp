@@ -97,6 +97,9 @@ GraphRunner::GraphRunner(Verifier& verifier, RoundHooks hooks, RunnerConfig conf
       state_(std::make_shared<detail::RunnerState>(verifier.config().backend)) {
   const char* where = "GraphRunner";
   require(bool(hooks_.layer_inputs), where, "hooks.layer_inputs", "is empty");
+  const bool conv = verifier.config().conv.width > 0;
+  require(bool(hooks_.conv_inputs) == conv, where, "hooks.conv_inputs",
+          conv ? "is empty, but the verifier's layers have a conv" : "is set, but the verifier's layers have no conv");
   require_in_range(where, "largest bucket", plan_.max_bs(), 1, verifier.config().max_rows);
 }
 
@@ -108,6 +111,7 @@ void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler)
   verifier_.enqueue_indices(s, rows);
   for (int32_t l = 0; l < verifier_.config().model.layers; ++l) {
     if (hooks_.before_layer) hooks_.before_layer(s, l, rows);
+    if (hooks_.conv_inputs) verifier_.enqueue_conv(s, l, hooks_.conv_inputs(l), rows);
     verifier_.enqueue_verify(s, l, hooks_.layer_inputs(l), rows);
   }
   if (!with_sampler) return;

@@ -40,6 +40,7 @@ struct HostEngine::Impl {
   Verifier verifier;
   // Inputs are shared by the layers (regenerated before each layer's verify); outputs are per layer.
   Buffer q, k, v, g, beta, outputs, gate_params, round_counter, accepted, join_state;
+  Buffer x, conv_weights, join_window;  // with a conv: pre-conv projections, [L, C, W] weights, a join's window
   std::unique_ptr<GraphRunner> runner;
   std::mt19937_64 rng;
   std::vector<Request> live;
@@ -83,16 +84,38 @@ struct HostEngine::Impl {
     }
     gate_params = Buffer(b, gate.size() * sizeof(float));
     gate_params.upload(gate.data(), gate.size() * sizeof(float));
+    if (vc.conv.width > 0) allocate_conv();
     for (int32_t s = vc.pool.slots - 1; s >= 0; --s) free_slots.push_back(s);
 
     RoundHooks hooks;
     hooks.before_layer = [this](const Stream& s, int32_t layer, int32_t rows) { generate_inputs(s, layer, rows); };
     hooks.layer_inputs = [this](int32_t layer) { return layer_inputs(layer); };
+    if (vc.conv.width > 0) hooks.conv_inputs = [this](int32_t layer) { return conv_inputs(layer); };
     hooks.sampler = [this](const Stream& s, int32_t rows) { return sample(s, rows); };
     runner = std::make_unique<GraphRunner>(verifier, std::move(hooks), cfg.runner);
   }
 
   Verifier::BatchBuffers bb() const { return verifier.batch_buffers(); }
+
+  // SPEC §9: x [N, T, C] each round, the layers' weights [C, W] (hashed, no bias, as Kimi-Linear), and
+  // the window a joining request brings.
+  void allocate_conv() {
+    const VerifierConfig& vc = cfg.verifier;
+    const size_t C = size_t(vc.conv.channels), W = size_t(vc.conv.width), L = size_t(vc.model.layers);
+    const size_t es = dtype_size(vc.io_dtype);
+    x = Buffer(vc.backend, size_t(vc.max_rows) * size_t(vc.tokens) * C * es);
+    std::vector<float> w(L * C * W);
+    for (size_t l = 0; l < L; ++l)
+      for (size_t e = 0; e < C * W; ++e) w[l * C * W + e] = synthetic_conv_weight(cfg.seed, uint32_t(l), uint32_t(e));
+    conv_weights = Buffer::copy_of(vc.backend, w);
+    join_window = Buffer(vc.backend, verifier.conv_window_bytes() * L);
+  }
+
+  ConvLayerInputs conv_inputs(int32_t layer) const {
+    const ConvShape& conv = cfg.verifier.conv;
+    const float* weight = conv_weights.as<float>() + size_t(layer) * size_t(conv.channels) * size_t(conv.width);
+    return conv_into_verify_inputs(verifier.spec(), x.data(), weight, nullptr, q.data(), k.data(), v.data());
+  }
 
   void generate_inputs(const Stream& s, int32_t layer, int32_t rows) {
     const VerifierConfig& vc = cfg.verifier;
@@ -116,6 +139,7 @@ struct HostEngine::Impl {
     p.v = v.data();
     p.g = g.data();
     p.beta = beta.data();
+    p.x = x.data();  // null without a conv
     detail::enqueue<SyntheticInputsOp>(s, p);
   }
 
@@ -160,12 +184,15 @@ struct HostEngine::Impl {
     p.slot_elems = int64_t(vc.model.value_heads) * vc.model.head_v * vc.model.head_k;
     p.state_dtype = vc.pool.state_dtype;
     p.out = join_state.data();
+    p.window_elems = int64_t(verifier.conv_window_bytes() / dtype_size(vc.io_dtype));
+    p.io_dtype = vc.io_dtype;
+    p.conv_window = join_window.data();
     for (int32_t i = 0; i < count && !free_slots.empty(); ++i) {
       const Request r{next_request++, free_slots.back(), 0};
       free_slots.pop_back();
       p.request = uint32_t(r.id);
       detail::enqueue<SyntheticStateOp>(s, p);
-      verifier.enqueue_prefill(s, r.slot, join_state.data());  // stream-ordered before the next reuse
+      verifier.enqueue_prefill(s, r.slot, join_state.data(), join_window.data());  // ordered before the next reuse
       live.push_back(r);
     }
   }
@@ -182,6 +209,10 @@ struct HostEngine::Impl {
       out.rounds = live[i].rounds;
       out.state.resize(verifier.slot_state_bytes() * size_t(cfg.verifier.model.layers));
       verifier.read_pool(s, out.slot, out.state.data());  // waits for the materialize
+      if (cfg.verifier.conv.width > 0) {
+        out.conv_window.resize(verifier.conv_window_bytes() * size_t(cfg.verifier.model.layers));
+        verifier.read_conv_window(s, out.slot, out.conv_window.data());
+      }
       retired.push_back(std::move(out));
       free_slots.push_back(live[i].slot);
     }

@@ -26,6 +26,7 @@ RoundSpec round_spec(const VerifierConfig& c) {
   spec.io_dtype = c.io_dtype;
   spec.options = c.options;
   spec.mode = c.mode;
+  spec.conv = c.conv;
   return spec;
 }
 
@@ -36,6 +37,8 @@ struct Verifier::Impl {
   detail::MappedHostBuffer errors;
   Buffer pool, scratch, accept_len;
   Buffer token_cache, cache_parity;  // replay mode
+  Buffer conv_state, conv_scratch;   // with a conv; the scratch in two-phase only
+  int64_t conv_state_stride = 0;     // elements per conv state row
   std::vector<GateParams> gates;     // each layer's, as its last verify named them (replay materialize)
   bool gates_known = false;
   Buffer index_storage;  // RoundIndices at max_rows
@@ -78,6 +81,7 @@ struct Verifier::Impl {
       token_cache.fill(0);
       cache_parity.fill(0);
     }
+    if (c.conv.width > 0) allocate_conv();
     gates.resize(size_t(c.model.layers));
 
     const size_t N = size_t(c.max_rows), P = size_t(c.pool.slots);
@@ -106,6 +110,34 @@ struct Verifier::Impl {
     storage.errors = static_cast<DeviceErrorWord*>(errors.device());
   }
 
+  // [TAG_CONV_LAYOUT] conv state [L, P, W - 2 + S columns] (two-phase: W - 1) and, in two-phase, conv
+  // scratch [L, P * S, W - 1 columns], rows rounded up to 16 bytes, zeroed.
+  void allocate_conv() {
+    const Backend b = cfg.backend;
+    const DType io = cfg.io_dtype;
+    const size_t es = dtype_size(io);
+    const int64_t L = cfg.model.layers, P = cfg.pool.slots, S = cfg.pool.scratch_steps;
+    conv_state_stride = aligned_row_elems(conv_state_row_elems(spec, cfg.pool.scratch_steps), io);
+    conv_state = Buffer(b, size_t(L * P * conv_state_stride) * es);
+    conv_state.fill(0);
+    storage.conv_state = state_view(conv_state.data(), io, cfg.model.layers, P * conv_state_stride, P, conv_state_stride);
+    if (mode_policy(cfg.mode).conv_offset_window) return;
+    const int64_t scratch_stride = aligned_row_elems(conv_scratch_row_elems(spec), io);
+    conv_scratch = Buffer(b, size_t(L * P * S * scratch_stride) * es);
+    conv_scratch.fill(0);
+    storage.conv_scratch =
+        state_view(conv_scratch.data(), io, cfg.model.layers, P * S * scratch_stride, P * S, scratch_stride);
+  }
+
+  size_t conv_window_bytes() const {
+    return size_t(conv_scratch_row_elems(spec)) * dtype_size(cfg.io_dtype);
+  }
+  // Where layer l's window of `slot` starts in the conv state.
+  char* conv_window(int32_t layer, int32_t slot) const {
+    const int64_t row = (int64_t(layer) * cfg.pool.slots + slot) * conv_state_stride;
+    return conv_state.as<char>() + size_t(row) * dtype_size(cfg.io_dtype);
+  }
+
   // While a graph is being captured the batch is data, set before each replay; only the capacity
   // applies. Eagerly, the rows must cover the batch that is set.
   void check_rows(const char* where, const Stream& s, int32_t rows) const {
@@ -122,14 +154,27 @@ struct Verifier::Impl {
     require(!detail::is_capturing(s), where, "stream", "is capturing a graph; call this between replays instead");
   }
 
-  // Both prefills: pool[l][slot] = states[l] for every layer, then accept_len[slot] = 0, enqueued on `s`.
-  // `states` may be host or backend memory.
-  void enqueue_copy_in(const Stream& s, int32_t slot, const void* states) {
+  // Both prefills' checks: a window exactly when there is a conv.
+  void check_prefill(const char* where, const void* states, const void* window) const {
+    require(states != nullptr, where, "states", "is null");
+    if (cfg.conv.width > 0)
+      require(window != nullptr, where, "conv_window", "is null: the layers have a conv, whose window a prefill sets");
+    else
+      require(window == nullptr, where, "conv_window", "is given, but the layers have no conv (conv.width = 0)");
+  }
+
+  // Both prefills: pool[l][slot] = states[l] and the conv window of every layer, then
+  // accept_len[slot] = 0, enqueued on `s`. `states` and `window` may be host or backend memory.
+  void enqueue_copy_in(const Stream& s, int32_t slot, const void* states, const void* window) {
     nvtx::Scoped range(nvtx::Range::prefill, slot);
     const size_t es = dtype_size(cfg.pool.state_dtype), bytes = size_t(geo.slot_elems()) * es;
-    for (int32_t l = 0; l < cfg.model.layers; ++l)
+    for (int32_t l = 0; l < cfg.model.layers; ++l) {
       detail::enqueue_copy(s, pool.as<char>() + geo.pool_offset(l, slot, 0) * es,
                            static_cast<const char*>(states) + size_t(l) * bytes, bytes);
+      if (window != nullptr)
+        detail::enqueue_copy(s, conv_window(l, slot), static_cast<const char*>(window) + size_t(l) * conv_window_bytes(),
+                             conv_window_bytes());
+    }
     detail::enqueue_fill(s, accept_len.as<int32_t>() + slot, 0, sizeof(int32_t));
   }
 };
@@ -150,6 +195,10 @@ size_t Verifier::row_stride_bytes() const {
 size_t Verifier::pool_bytes() const { return impl_->pool.bytes(); }
 size_t Verifier::scratch_bytes() const { return impl_->scratch.bytes(); }
 size_t Verifier::token_cache_bytes() const { return impl_->token_cache.bytes(); }
+void* Verifier::conv_state() const { return impl_->conv_state.data(); }
+size_t Verifier::conv_state_bytes() const { return impl_->conv_state.bytes(); }
+size_t Verifier::conv_scratch_bytes() const { return impl_->conv_scratch.bytes(); }
+size_t Verifier::conv_window_bytes() const { return impl_->conv_window_bytes(); }
 int32_t Verifier::batch_size() const { return impl_->n; }
 const RoundSpec& Verifier::spec() const { return impl_->spec; }
 const SlotStorage& Verifier::storage() const { return impl_->storage; }
@@ -160,25 +209,25 @@ Verifier::BatchBuffers Verifier::batch_buffers() const {
   return BatchBuffers{impl_->n_real, impl_->slots, impl_->accepted};
 }
 
-void Verifier::prefill(const Stream& s, int32_t slot, const void* states) {
+void Verifier::prefill(const Stream& s, int32_t slot, const void* states, const void* conv_window) {
   Impl& m = *impl_;
   const char* where = "Verifier::prefill";
   detail::validate_stream(where, s, m.cfg.backend);
   detail::validate_slot(where, slot, m.cfg.pool.slots);
   m.require_not_capturing(where, s);
-  require(states != nullptr, where, "states", "is null");
-  m.enqueue_copy_in(s, slot, states);
+  m.check_prefill(where, states, conv_window);
+  m.enqueue_copy_in(s, slot, states, conv_window);
   // The caller's host memory is theirs again on return.
   detail::StreamHandle::view(s).synchronize();
 }
 
-void Verifier::enqueue_prefill(const Stream& s, int32_t slot, const void* states) {
+void Verifier::enqueue_prefill(const Stream& s, int32_t slot, const void* states, const void* conv_window) {
   Impl& m = *impl_;
   const char* where = "Verifier::enqueue_prefill";
   detail::validate_stream(where, s, m.cfg.backend);
   detail::validate_slot(where, slot, m.cfg.pool.slots);
-  require(states != nullptr, where, "states", "is null");
-  m.enqueue_copy_in(s, slot, states);
+  m.check_prefill(where, states, conv_window);
+  m.enqueue_copy_in(s, slot, states, conv_window);
 }
 
 void Verifier::read_pool(const Stream& s, int32_t slot, void* states) const {
@@ -193,6 +242,20 @@ void Verifier::read_pool(const Stream& s, int32_t slot, void* states) const {
   for (int32_t l = 0; l < m.cfg.model.layers; ++l)
     detail::enqueue_copy(s, static_cast<char*>(states) + size_t(l) * bytes,
                          m.pool.as<const char>() + m.geo.pool_offset(l, slot, 0) * es, bytes);
+  detail::StreamHandle::view(s).synchronize();
+}
+
+void Verifier::read_conv_window(const Stream& s, int32_t slot, void* conv_window) const {
+  const Impl& m = *impl_;
+  const char* where = "Verifier::read_conv_window";
+  detail::validate_stream(where, s, m.cfg.backend);
+  require(m.cfg.conv.width > 0, where, "conv.width", "= 0: the layers have no conv");
+  detail::validate_slot(where, slot, m.cfg.pool.slots);
+  m.require_not_capturing(where, s);
+  require(conv_window != nullptr, where, "conv_window", "is null");
+  const size_t bytes = m.conv_window_bytes();
+  for (int32_t l = 0; l < m.cfg.model.layers; ++l)
+    detail::enqueue_copy(s, static_cast<char*>(conv_window) + size_t(l) * bytes, m.conv_window(l, slot), bytes);
   detail::StreamHandle::view(s).synchronize();
 }
 
@@ -217,6 +280,14 @@ void Verifier::enqueue_indices(const Stream& s, int32_t rows) {
   ops::build_indices(s, m.spec, m.storage, batch_view(rows), m.idx);
 }
 
+void Verifier::enqueue_conv(const Stream& s, int32_t layer, const ConvLayerInputs& in, int32_t rows) {
+  Impl& m = *impl_;
+  const char* where = "Verifier::enqueue_conv";
+  detail::validate_stream(where, s, m.cfg.backend);
+  m.check_rows(where, s, rows);
+  ops::conv_layer(s, m.spec, m.storage, m.idx, rows, layer, in);
+}
+
 void Verifier::enqueue_verify(const Stream& s, int32_t layer, const LayerInputs& in, int32_t rows) {
   Impl& m = *impl_;
   const char* where = "Verifier::enqueue_verify";
@@ -228,11 +299,26 @@ void Verifier::enqueue_verify(const Stream& s, int32_t layer, const LayerInputs&
 }
 
 void Verifier::enqueue_round(const Stream& s, const LayerInputs* layers, int32_t rows) {
-  require(layers != nullptr, "Verifier::enqueue_round", "layers", "is null");
-  for (int32_t l = 0; l < impl_->cfg.model.layers; ++l)
-    detail::validate_layer_inputs("Verifier::enqueue_round", layers[l], impl_->spec);
+  require(impl_->cfg.conv.width == 0, "Verifier::enqueue_round", "convs",
+          "are missing: the layers have a conv; pass each layer's conv inputs");
+  enqueue_round(s, nullptr, layers, rows);
+}
+
+void Verifier::enqueue_round(const Stream& s, const ConvLayerInputs* convs, const LayerInputs* layers, int32_t rows) {
+  const char* where = "Verifier::enqueue_round";
+  const RoundSpec& spec = impl_->spec;
+  require(layers != nullptr, where, "layers", "is null");
+  require((convs != nullptr) == (spec.conv.width > 0), where, "convs",
+          spec.conv.width > 0 ? "is null, but the layers have a conv" : "are given, but the layers have no conv");
+  for (int32_t l = 0; l < spec.model.layers; ++l) {
+    detail::validate_layer_inputs(where, layers[l], spec);
+    if (convs != nullptr) detail::validate_conv_inputs(where, convs[l], spec.conv.channels, spec.io_dtype);
+  }
   enqueue_indices(s, rows);
-  for (int32_t l = 0; l < impl_->cfg.model.layers; ++l) enqueue_verify(s, l, layers[l], rows);
+  for (int32_t l = 0; l < spec.model.layers; ++l) {
+    if (convs != nullptr) enqueue_conv(s, l, convs[l], rows);
+    enqueue_verify(s, l, layers[l], rows);
+  }
 }
 
 void Verifier::enqueue_accept(const Stream& s, const int32_t* accepted, int32_t rows) {

@@ -21,11 +21,10 @@ __global__ void synthetic_sampler_kernel(SyntheticSamplerParams p) {
   if (threadIdx.x == 0) *p.round = int64_t(round) + 1;
 }
 
-template <class StateT>
 __global__ void synthetic_state_kernel(SyntheticStateParams p) {
-  const int64_t total = int64_t(p.layers) * p.slot_elems;
+  const int64_t total = synthetic_state_elements(p);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
-    synthetic_state_element<StateT>(p, i);
+    synthetic_state_element(p, i);
 }
 
 }  // namespace
@@ -40,8 +39,7 @@ cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t 
 
 cudaError_t launch_synthetic_state(const SyntheticStateParams& p, cudaStream_t stream) {
   const int threads = 256, blocks = 1024;
-  return p.state_dtype == DType::f32 ? launch_kernel(synthetic_state_kernel<float>, blocks, threads, stream, p)
-                                     : launch_kernel(synthetic_state_kernel<math::bf16>, blocks, threads, stream, p);
+  return launch_kernel(synthetic_state_kernel, blocks, threads, stream, p);
 }
 
 cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, cudaStream_t stream) {

@@ -12,7 +12,9 @@
 namespace kdagraph {
 
 // What a hashed value is for; part of the counter so different tensors never share a stream.
-enum class SyntheticField : uint32_t { q = 1, k, v, g, beta, state, accept, gate_a_log, gate_dt_bias };
+enum class SyntheticField : uint32_t {
+  q = 1, k, v, g, beta, state, accept, gate_a_log, gate_dt_bias, conv_x, conv_weight, conv_window
+};
 
 KDA_HD uint64_t mix64(uint64_t x) {  // the splitmix64 finalizer: a bijection with full avalanche
   x ^= x >> 30;
@@ -52,6 +54,9 @@ struct SyntheticInputParams {
   void* v = nullptr;         // [N, T, HV, V]
   void* g = nullptr;         // [N, T, HV, K]
   void* beta = nullptr;      // [N, T, HV]
+  // With a conv (SPEC §9): the pre-conv projections x [N, T, C], C = 2 H K + HV V, replace q, k and v,
+  // which the conv then writes.
+  void* x = nullptr;
 };
 
 // Value of element `e` of one token's tensor `field` (e indexes the [H or HV, dim] block of one token).
@@ -64,6 +69,7 @@ KDA_HD float synthetic_input(const SyntheticInputParams& p, uint32_t round, int3
     case SyntheticField::v: return synthetic_uniform(bits, -1.0f, 1.0f);
     case SyntheticField::g: return p.raw_gate ? synthetic_uniform(bits, -4.0f, 2.0f) : synthetic_uniform(bits, -0.6f, 0.0f);
     case SyntheticField::beta: return p.beta_logit ? synthetic_uniform(bits, -3.0f, 3.0f) : synthetic_uniform(bits, 0.05f, 0.95f);
+    case SyntheticField::conv_x: return synthetic_uniform(bits, -1.0f, 1.0f);
     default: return 0.0f;
   }
 }
@@ -83,6 +89,7 @@ KDA_HD void synthetic_inputs_element(const SyntheticInputParams& p, int64_t i) {
     const float x = slot >= 0 ? synthetic_input(p, round, slot, t, f, uint32_t(e)) : 0.0f;
     static_cast<IoT*>(base)[tok * width + e] = math::from_f32<IoT>(x);
   };
+  if (p.x != nullptr && e < 2 * qk + vv) return put(p.x, 2 * qk + vv, SyntheticField::conv_x);
   if (e < qk) return put(p.q, qk, SyntheticField::q);
   e -= qk;
   if (e < qk) return put(p.k, qk, SyntheticField::k);
@@ -135,7 +142,19 @@ KDA_HD float synthetic_dt_bias(uint64_t seed, uint32_t layer, uint32_t element) 
   return synthetic_uniform(synthetic_bits(seed, 0, 0, layer, 0, SyntheticField::gate_dt_bias, element), -0.5f, 0.5f);
 }
 
-// A joining request's whole state [L, HV, V, K] in the state dtype, generated where it is used.
+// The short convolution's weights [C, W] of a layer (no bias, as in Kimi-Linear).
+KDA_HD float synthetic_conv_weight(uint64_t seed, uint32_t layer, uint32_t element) {
+  return synthetic_uniform(synthetic_bits(seed, 0, 0, layer, 0, SyntheticField::conv_weight, element), -0.6f, 0.6f);
+}
+
+// Element i of a buffer of dtype t, written from fp32.
+KDA_HD void store_from_f32(void* base, DType t, int64_t i, float x) {
+  if (t == DType::f32) static_cast<float*>(base)[i] = x;
+  else static_cast<math::bf16*>(base)[i] = math::f32_to_bf16(x);
+}
+
+// A joining request's whole state [L, HV, V, K] in the state dtype and, with a conv, its conv window
+// [L, W - 1, C] in the io dtype (the prompt's last inputs), generated where they are used.
 struct SyntheticStateParams {
   uint64_t seed = 0;
   uint32_t request = 0;
@@ -143,12 +162,27 @@ struct SyntheticStateParams {
   int64_t slot_elems = 0;  // HV * V * K
   DType state_dtype = DType::f32;
   void* out = nullptr;
+  int64_t window_elems = 0;  // (W - 1) * C; 0: no conv
+  DType io_dtype = DType::f32;
+  void* conv_window = nullptr;
 };
 
-template <class StateT>
+KDA_HD int64_t synthetic_state_elements(const SyntheticStateParams& p) {
+  return int64_t(p.layers) * (p.slot_elems + p.window_elems);
+}
+
+// Element i of the state, then of the window.
 KDA_HD void synthetic_state_element(const SyntheticStateParams& p, int64_t i) {
-  const uint32_t layer = uint32_t(i / p.slot_elems), e = uint32_t(i % p.slot_elems);
-  static_cast<StateT*>(p.out)[i] = math::from_f32<StateT>(synthetic_state(p.seed, p.request, layer, e));
+  const int64_t states = int64_t(p.layers) * p.slot_elems;
+  if (i < states) {
+    const uint32_t layer = uint32_t(i / p.slot_elems), e = uint32_t(i % p.slot_elems);
+    store_from_f32(p.out, p.state_dtype, i, synthetic_state(p.seed, p.request, layer, e));
+    return;
+  }
+  const int64_t w = i - states;
+  const uint32_t layer = uint32_t(w / p.window_elems), e = uint32_t(w % p.window_elems);
+  const uint32_t bits = synthetic_bits(p.seed, p.request, 0, layer, 0, SyntheticField::conv_window, e);
+  store_from_f32(p.conv_window, p.io_dtype, w, synthetic_uniform(bits, -1.0f, 1.0f));
 }
 
 void synthetic_state_cpu(const SyntheticStateParams& p);

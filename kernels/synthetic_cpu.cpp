@@ -14,14 +14,9 @@ void synthetic_inputs_cpu(const SyntheticInputParams& p) {
 }
 
 void synthetic_state_cpu(const SyntheticStateParams& p) {
-  const int64_t total = int64_t(p.layers) * p.slot_elems;
-  if (p.state_dtype == DType::f32) {
+  const int64_t total = synthetic_state_elements(p);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < total; ++i) synthetic_state_element<float>(p, i);
-  } else {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < total; ++i) synthetic_state_element<math::bf16>(p, i);
-  }
+  for (int64_t i = 0; i < total; ++i) synthetic_state_element(p, i);
 }
 
 void synthetic_sampler_cpu(const SyntheticSamplerParams& p) {

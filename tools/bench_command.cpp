@@ -40,6 +40,7 @@ struct BenchOptions {
   int32_t warmup = 3;
   double accept_rate = 0.7;
   uint64_t seed = 1;
+  bool conv = true;
   bool node_trace = false;
   std::string csv, md;
 };
@@ -73,6 +74,7 @@ OptionTable bench_options(BenchOptions& o) {
           [&o](const std::string& n, const std::string& v) { o.accept_rate = parse_real(n, v, 0.0, 1.0); });
   t.value("seed", "N", "seed of the synthetic inputs and sampler (default 1)",
           [&o](const std::string& n, const std::string& v) { o.seed = uint64_t(parse_int(n, v, 0, INT64_MAX)); });
+  add_conv_option(t, o.conv);
   t.value("csv", "FILE", "write the results as CSV (profiling/plot.py draws them)",
           [&o](const std::string&, const std::string& v) { o.csv = v; });
   t.value("md", "FILE", "also write the markdown table to FILE",
@@ -223,7 +225,7 @@ std::string csv_text(const std::vector<Result>& results, const EngineSetup& base
   std::string out =
       "backend,mode,exec,sampler,layers,heads,value_heads,head_k,head_v,io_dtype,state_dtype,tokens,batch,"
       "bucket,rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs,"
-      "graph_nodes,graph_us_traced,idle_pct,largest_gap_us\n";
+      "graph_nodes,graph_us_traced,idle_pct,largest_gap_us,conv_width\n";
   const ModelShape& m = base.model;
   for (const Result& r : results) {
     out += std::string(to_string(base.backend)) + "," + to_string(r.p.mode) + "," + to_string(r.p.exec) +
@@ -235,7 +237,7 @@ std::string csv_text(const std::vector<Result>& results, const EngineSetup& base
            "," + fmt("%.6g", r.tokens_per_s) + "," + fmt("%.0f", r.state_bytes) + "," +
            fmt("%.6g", r.bandwidth_gbs) + "," + fmt("%.6g", ceiling) + "," + fmt("%.6g", r.graph_nodes) +
            "," + fmt("%.6g", r.graph_us) + "," + fmt("%.6g", r.idle_pct) + "," +
-           fmt("%.6g", r.largest_gap_us) + "\n";
+           fmt("%.6g", r.largest_gap_us) + "," + std::to_string(engine_config(base).verifier.conv.width) + "\n";
   }
   return out;
 }
@@ -346,7 +348,8 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
   const bool traced =
       std::any_of(results.begin(), results.end(), [](const Result& r) { return !std::isnan(r.graph_us); });
   std::string out = "# kdagraph bench: " + std::string(to_string(base.backend)) + ", preset " + preset + " (" +
-                    describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) + "\n\n";
+                    describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) +
+                    ", conv " + describe(engine_config(base).verifier.conv) + "\n\n";
   out +=
       "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
       (cuda ? "device-to-device cudaMemcpy" : "memcpy on the CPU cores") +
@@ -397,6 +400,7 @@ int bench(BenchOptions o) {
   base.state = o.model.state;
   base.accept_rate = o.accept_rate;
   base.seed = o.seed;
+  base.conv = o.conv;
   const bool cuda = base.backend == Backend::cuda;
   if (o.node_trace && !cuda) throw UsageError("--node-trace: traces CUDA graphs, but the backend is the CPU");
   if (o.node_trace && std::find(o.execs.begin(), o.execs.end(), size_t(Exec::graph)) == o.execs.end())

@@ -144,6 +144,16 @@ void ReferenceCheck::compare_retired(const HostEngine& run) {
         throw CheckFailure(where + ": materialized state differs from the CPU two-phase eager reference: "
                            "||run - ref|| / ||ref|| = " + number(err) + " > " + number(result_.tolerance));
     }
+    // The conv window holds copies of hashed inputs, the same bits on every backend: always bitwise.
+    if (a.conv_window != b.conv_window) {
+      const DType io = c.io_dtype;
+      const size_t C = size_t(c.conv.channels), W = size_t(c.conv.width);
+      const size_t e = first_difference(a.conv_window, b.conv_window, io);
+      throw CheckFailure(where + ": materialized conv window differs from the CPU two-phase eager reference, first at layer " +
+                         std::to_string(e / ((W - 1) * C)) + ", column " + std::to_string(e / C % (W - 1)) +
+                         ", channel " + std::to_string(e % C) + ": " + number(element(a.conv_window, io, e)) + " vs " +
+                         number(element(b.conv_window, io, e)));
+    }
     ++result_.requests_compared;
   }
 }

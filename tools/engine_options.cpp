@@ -116,6 +116,7 @@ HostEngineConfig engine_config(const EngineSetup& e) {
   v.options.l2norm_qk = true;
   v.options.gate = GateMode::softplus;
   v.options.beta_is_logit = true;
+  if (e.conv) v.conv = ConvShape{conv_channels(e.model), 4, ConvActivation::silu};
   c.runner.buckets = e.buckets.empty() ? default_buckets(e.batch) : e.buckets;
   c.runner.exec = e.exec;
   c.runner.sampler_in_graph = e.sampler_in_graph;
@@ -141,7 +142,27 @@ ModeFootprint mode_footprint(const VerifierConfig& v) {
   if (policy.token_cache)
     f.token_cache_bytes_per_slot = L * 2 * aligned_row_elems(token_cache_row_elems(round_spec(v)), v.io_dtype) *
                                    int64_t(dtype_size(v.io_dtype));
+  if (v.conv.width > 0) {
+    const RoundSpec spec = round_spec(v);
+    const int64_t io = int64_t(dtype_size(v.io_dtype));
+    f.conv_state_bytes_per_slot = L * aligned_row_elems(conv_state_row_elems(spec, v.pool.scratch_steps), v.io_dtype) * io;
+    if (!policy.conv_offset_window)
+      f.conv_scratch_bytes_per_slot =
+          L * v.pool.scratch_steps * aligned_row_elems(conv_scratch_row_elems(spec), v.io_dtype) * io;
+  }
   return f;
+}
+
+void add_conv_option(OptionTable& t, bool& conv) {
+  t.flag("no-conv", "run the recurrent part alone, without the short convolution (on by default: W = 4, SiLU, "
+         "no bias, as Kimi-Linear)",
+         [&conv] { conv = false; });
+}
+
+std::string describe(const ConvShape& conv) {
+  if (conv.width == 0) return "off (--no-conv): the recurrent part alone";
+  return "W=" + std::to_string(conv.width) + (conv.activation == ConvActivation::silu ? " SiLU" : " linear") +
+         ", no bias, C=" + std::to_string(conv.channels);
 }
 
 std::string describe(const ModelShape& m) {

@@ -61,8 +61,14 @@ struct EngineSetup {
   bool vary_batch = false;
   uint64_t seed = 1;
   bool keep_outputs = false;
+  bool conv = true;                  // Kimi-Linear's short convolution before each layer (W = 4, SiLU, no bias)
 };
 HostEngineConfig engine_config(const EngineSetup& e);
+
+// --no-conv: the recurrent part alone, without the short convolution.
+void add_conv_option(OptionTable& table, bool& conv);
+// "W=4 SiLU, no bias, C=384" or "off (--no-conv): the recurrent part alone".
+std::string describe(const ConvShape& conv);
 
 // What a mode costs (SPEC §3, §7), from the configuration alone.
 struct ModeFootprint {
@@ -71,6 +77,8 @@ struct ModeFootprint {
   int64_t pool_bytes_per_slot = 0;   // per slot, all layers
   int64_t scratch_bytes_per_slot = 0;
   int64_t token_cache_bytes_per_slot = 0;
+  int64_t conv_state_bytes_per_slot = 0;    // SPEC §9, with a conv
+  int64_t conv_scratch_bytes_per_slot = 0;  // two-phase with a conv
 };
 ModeFootprint mode_footprint(const VerifierConfig& v);
 

@@ -38,6 +38,7 @@ struct RunOptions {
   double retire_rate = 0.0;
   bool vary_batch = false;
   uint64_t seed = 1;
+  bool conv = true;
   bool check = false;
   bool json = false;
   std::string json_file;
@@ -78,6 +79,7 @@ OptionTable run_options(RunOptions& o) {
           [&o](const std::string& n, const std::string& v) {
             o.seed = uint64_t(parse_int(n, v, 0, INT64_MAX));
           });
+  add_conv_option(t, o.conv);
   t.flag("check", "rerun the rounds through the CPU two-phase eager reference and compare every round's "
          "outputs and every retired state (bitwise on the CPU); exit 3 on a difference",
          [&o] { o.check = true; });
@@ -169,6 +171,11 @@ void print_text(const RunReport& r) {
               fmt("%.4g", double(fp.pool_bytes_per_slot) / double(1 << 20)).c_str(),
               fmt("%.4g", double(fp.scratch_bytes_per_slot) / double(1 << 20)).c_str(),
               fmt("%.4g", double(fp.token_cache_bytes_per_slot) / double(1 << 20)).c_str());
+  std::printf("  conv                %s", describe(v.conv).c_str());
+  if (v.conv.width > 0)
+    std::printf(": state %s KiB per slot, scratch %s KiB", fmt("%.4g", double(fp.conv_state_bytes_per_slot) / 1024).c_str(),
+                fmt("%.4g", double(fp.conv_scratch_bytes_per_slot) / 1024).c_str());
+  std::printf("\n");
   std::string per_rows;
   for (const auto& [rows, count] : r.rounds_per_rows)
     per_rows += (per_rows.empty() ? "" : ", ") + std::to_string(rows) + " rows x" + std::to_string(count);
@@ -209,7 +216,16 @@ std::string to_json(const RunReport& r) {
   j.key("bytes_per_slot").begin_object();
   j.field("pool", fp.pool_bytes_per_slot).field("scratch", fp.scratch_bytes_per_slot);
   j.field("token_cache", fp.token_cache_bytes_per_slot);
+  j.field("conv_state", fp.conv_state_bytes_per_slot).field("conv_scratch", fp.conv_scratch_bytes_per_slot);
   j.end_object();
+  j.key("conv");
+  if (v.conv.width == 0) {
+    j.null();
+  } else {
+    j.begin_object().field("width", v.conv.width).field("channels", v.conv.channels);
+    j.field("activation", v.conv.activation == ConvActivation::silu ? "silu" : "none").field("bias", false);
+    j.end_object();
+  }
   j.key("buckets").begin_array();
   for (int32_t b : r.buckets) j.value(b);
   j.end_array();
@@ -266,6 +282,7 @@ int run(const RunOptions& o) {
   setup.vary_batch = o.vary_batch;
   setup.seed = o.seed;
   setup.keep_outputs = o.check;
+  setup.conv = o.conv;
 
   RunReport report;
   report.opt = o;

@@ -1,7 +1,8 @@
 // kdagraph: bucketed CUDA graphs of a whole round (SPEC §5).
 //
 // A GraphRunner captures, for every bucket of a BucketPlan, the round of a Verifier: the index build,
-// then the L verifies (each after the engine's optional per-layer work), and, when the engine hands it
+// then the L verifies (each after the engine's optional per-layer work and, with a conv, the layer's
+// short convolution), and, when the engine hands it
 // a capturable sampler, the sampler, the accept step and in two-phase mode the commit. Per round the
 // host only sets the batch when it changes and launches one graph.
 //
@@ -51,6 +52,9 @@ struct RoundHooks {
   std::function<void(const Stream&, int32_t layer, int32_t rows)> before_layer;
   // Layer `layer`'s inputs, sized for the verifier's max_rows. Required.
   std::function<LayerInputs(int32_t layer)> layer_inputs;
+  // Layer `layer`'s conv inputs, whose outputs are the q, k and v layer_inputs names
+  // (conv_into_verify_inputs). Required exactly when the verifier's layers have a conv.
+  std::function<ConvLayerInputs(int32_t layer)> conv_inputs;
   // A capturable sampler: enqueues work writing accept lengths [rows] and returns that buffer. Optional.
   std::function<const int32_t*(const Stream&, int32_t rows)> sampler;
 };

@@ -1,7 +1,9 @@
 // kdagraph: a host engine that decodes rounds the way an inference engine would (SPEC §8). It stands
 // in for the model: each layer's inputs and the sampler's accept lengths are counter-based hashes of
-// (seed, round, slot, layer, token, element), generated on the backend inside the round. Requests join
-// (prefill) and retire (materialize, state read back) between rounds.
+// (seed, round, slot, layer, token, element), generated on the backend inside the round; with a conv
+// (VerifierConfig::conv) the hashed inputs are the pre-conv projections and the conv makes q, k and v.
+// Requests join (prefill, with a hashed conv window) and retire (materialize, state read back) between
+// rounds.
 //
 // It is the multi-round driver the tests and the command line share: two engines with the same seed
 // see the same requests, batches and inputs, whatever their mode, backend or execution.
@@ -39,6 +41,7 @@ struct RetiredRequest {
   int32_t slot = -1;
   int32_t rounds = 0;             // rounds it was verified in
   std::vector<uint8_t> state;     // materialized pool state [L, HV, V, K], state dtype
+  std::vector<uint8_t> conv_window;  // with a conv: its materialized windows [L, W - 1, C], io dtype
 };
 
 class HostEngine {

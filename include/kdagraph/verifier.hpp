@@ -32,6 +32,10 @@ struct VerifierConfig {
   DType io_dtype = DType::f32;
   VerifyOptions options;
   Mode mode = Mode::fused_accept;
+  // The layers' short convolution (SPEC §9); width 0: none. With one, the Verifier also owns the conv
+  // state (and in two-phase the conv scratch), a prefill takes the last W - 1 inputs, and each layer's
+  // conv runs before its verify (enqueue_conv).
+  ConvShape conv;
 };
 
 // Throws InvalidArgument naming the first bad field (SPEC §6).
@@ -62,6 +66,12 @@ class Verifier {
   size_t pool_bytes() const;
   size_t scratch_bytes() const;      // 0 in replay mode, which keeps no per-token states
   size_t token_cache_bytes() const;  // replay mode: [L, 2 P] rows of one round's inputs; 0 otherwise
+  // The conv state [L, P, rows] and conv scratch [L, P * S, rows] (two-phase) in the io dtype, time-major
+  // rows (include/kdagraph/ops.hpp, SlotStorage); nullptr and 0 without a conv.
+  void* conv_state() const;
+  size_t conv_state_bytes() const;
+  size_t conv_scratch_bytes() const;
+  size_t conv_window_bytes() const;  // one slot, one layer: the W - 1 inputs of C channels, io dtype
 
   // The same buffers as the operations see them (include/kdagraph/ops.hpp): a round of this Verifier
   // is exactly these calls on these views.
@@ -74,16 +84,21 @@ class Verifier {
   // They are ordered on `s` after the work already enqueued there and return when done (they wait
   // for `s`), so they are safe with non-blocking streams too.
   // Prefill: pool[l][slot] = states[l] for every layer, accept_len[slot] = 0. `states` is host memory
-  // [L, HV, V, K] in the state dtype.
-  void prefill(const Stream& s, int32_t slot, const void* states);
+  // [L, HV, V, K] in the state dtype. With a conv, `conv_window` is host memory [L, W - 1, C] in the io
+  // dtype, each layer's last W - 1 inputs, oldest first: columns [0, W - 1) of the slot's conv state.
+  void prefill(const Stream& s, int32_t slot, const void* states, const void* conv_window = nullptr);
   // Copies pool[l][slot] for every layer into host memory [L, HV, V, K]. Call materialize first in
   // fused-accept mode if the slot's latest state may still be in scratch.
   void read_pool(const Stream& s, int32_t slot, void* states) const;
+  // With a conv: copies each layer's window, columns [0, W - 1) of the slot's conv state, into host
+  // memory [L, W - 1, C]. Call materialize first, as for read_pool.
+  void read_conv_window(const Stream& s, int32_t slot, void* conv_window) const;
 
   // Prefill from backend memory, stream-ordered and asynchronous (the engine's prefill wrote the state
   // on the device): pool[l][slot] = states[l] for every layer, accept_len[slot] = 0. `states` is
-  // [L, HV, V, K] in the state dtype and must stay valid until the copy has run.
-  void enqueue_prefill(const Stream& s, int32_t slot, const void* states);
+  // [L, HV, V, K] in the state dtype and must stay valid until the copy has run; so must `conv_window`
+  // [L, W - 1, C] (io dtype), needed with a conv.
+  void enqueue_prefill(const Stream& s, int32_t slot, const void* states, const void* conv_window = nullptr);
 
   // ---- per round: stream-ordered, capture-safe, allocate nothing, never synchronize ----
   // Host: validates n in [1, max_rows] and the slots (in [0, P), no repeats), then writes n_real and
@@ -92,19 +107,25 @@ class Verifier {
   int32_t batch_size() const;
   // Builds the round's indices over `rows` rows (n_real <= rows <= max_rows; the rest are padding).
   void enqueue_indices(const Stream& s, int32_t rows);
+  // With a conv: the short convolution of layer `layer` with the indices of the last enqueue_indices,
+  // writing the segments of `in` (conv_into_verify_inputs: the q, k and v its verify reads).
+  void enqueue_conv(const Stream& s, int32_t layer, const ConvLayerInputs& in, int32_t rows);
   // Verifies layer `layer` with the indices of the last enqueue_indices.
   void enqueue_verify(const Stream& s, int32_t layer, const LayerInputs& in, int32_t rows);
-  // enqueue_indices, then enqueue_verify for every layer; `layers` has L entries.
+  // enqueue_indices, then enqueue_verify for every layer; `layers` has L entries. Without a conv only.
   void enqueue_round(const Stream& s, const LayerInputs* layers, int32_t rows);
+  // enqueue_indices, then for every layer its conv and its verify; `convs` and `layers` have L entries.
+  void enqueue_round(const Stream& s, const ConvLayerInputs* convs, const LayerInputs* layers, int32_t rows);
   // Accepts the round: `accepted` is backend memory [rows] written by the sampler.
   void enqueue_accept(const Stream& s, const int32_t* accepted, int32_t rows);
   // Same, from host memory [n] of the current batch: validated in [1, T] first (tests, tools).
   void enqueue_accept_from_host(const Stream& s, const int32_t* accepted, int32_t n);
-  // Two-phase only: copies each row's accepted post-state into the pool, all layers in one launch.
+  // Two-phase only: copies each row's accepted post-state into the pool, all layers in one launch (and
+  // with a conv its accepted window into the conv state, in one more).
   void enqueue_commit(const Stream& s, int32_t rows);
   // SPEC §3 materialize: for each listed slot with accept_len a >= 1, pool[slot] = its state after the
   // accepted prefix (fused-accept: scratch row a - 1; replay: the a cached tokens applied), every layer,
-  // then accept_len = 0. `slots` is host memory, validated (in range, no repeats). With the gate in the
+  // with a conv its window moved to column 0, then accept_len = 0. `slots` is host memory, validated (in range, no repeats). With the gate in the
   // kernel, replay uses the A_log and dt_bias each layer's last verify was given: the layer's weights,
   // which must stay where they are.
   void enqueue_materialize(const Stream& s, const int32_t* slots, int32_t count);

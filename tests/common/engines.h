@@ -34,4 +34,10 @@ inline HostEngineConfig small_engine(Backend b, Mode mode, Exec exec, uint64_t s
   return c;
 }
 
+// The same engine with Kimi-Linear's short convolution before each layer (W = 4, SiLU, no bias).
+inline HostEngineConfig with_conv(HostEngineConfig c, int32_t width = 4) {
+  c.verifier.conv = ConvShape{conv_channels(c.verifier.model), width, ConvActivation::silu};
+  return c;
+}
+
 }  // namespace kdagraph::test

@@ -76,6 +76,27 @@ TEST(ReferenceCheck, ToleranceFollowsTheDtypes) {
   EXPECT_EQ(ReferenceCheck(engine_config(e)).result().tolerance, 1e-2);
 }
 
+// SPEC §9 on the command line: Kimi-Linear's conv (W = 4, SiLU, no bias) over C = 2 H K + HV V unless
+// --no-conv; its state is W - 2 + S columns in the offset-window modes, W - 1 and a scratch in two-phase.
+TEST(EngineOptions, TheConvIsOnByDefaultWithKimiLinearsShape) {
+  EngineSetup e = small_setup();
+  const VerifierConfig v = engine_config(e).verifier;
+  EXPECT_EQ(v.conv.width, 4);
+  EXPECT_EQ(v.conv.channels, 2 * 2 * 32 + 4 * 32);
+  EXPECT_EQ(v.conv.activation, ConvActivation::silu);
+  const int64_t C = v.conv.channels, L = 2, S = e.tokens;
+  EXPECT_EQ(mode_footprint(v).conv_state_bytes_per_slot, L * (4 - 2 + S) * C * 4);
+  EXPECT_EQ(mode_footprint(v).conv_scratch_bytes_per_slot, 0);
+  e.mode = Mode::two_phase;
+  const VerifierConfig two = engine_config(e).verifier;
+  EXPECT_EQ(mode_footprint(two).conv_state_bytes_per_slot, L * 3 * C * 4);
+  EXPECT_EQ(mode_footprint(two).conv_scratch_bytes_per_slot, L * S * 3 * C * 4);
+  e.conv = false;
+  EXPECT_EQ(engine_config(e).verifier.conv.width, 0);
+  EXPECT_EQ(mode_footprint(engine_config(e).verifier).conv_state_bytes_per_slot, 0);
+  EXPECT_EQ(describe(engine_config(e).verifier.conv), "off (--no-conv): the recurrent part alone");
+}
+
 TEST(JsonWriter, NestsAndEscapes) {
   JsonWriter j;
   j.begin_object().field("s", "a\"b\\c\n").key("list").begin_array();

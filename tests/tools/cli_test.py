@@ -245,6 +245,37 @@ def replay_reports_its_traffic_and_memory():
 
 
 @case
+def conv_on_by_default_and_off_with_no_conv():
+    """SPEC 9: the short convolution runs by default (W = 4, SiLU, no bias, C = 2 H K + HV V), --no-conv
+    runs the recurrent part alone; the text and JSON summaries say which, with the conv state's size."""
+    L, H, HV, K, T, S = 2, 2, 4, 64, 4, 4  # the tiny preset, --draft 3
+    C = 2 * H * K + HV * K
+    for mode, columns, scratch in (("two-phase", 3, S * 3), ("fused-accept", 4 - 2 + S, 0), ("replay", 4 - 2 + S, 0)):
+        d = json.loads(expect_ok(["run", "--backend", "cpu", "--mode", mode, "--rounds", "2", "--json"]).stdout)
+        if d["conv"] != {"width": 4, "channels": C, "activation": "silu", "bias": False}:
+            raise Failure(f"{mode}: the JSON's conv is {d['conv']}")
+        got = d["bytes_per_slot"]
+        if (got["conv_state"], got["conv_scratch"]) != (L * columns * C * 4, L * scratch * C * 4):
+            raise Failure(f"{mode}: conv bytes per slot {got}")
+        text = summary(expect_ok(["run", "--backend", "cpu", "--mode", mode, "--rounds", "2"]).stdout)
+        if not text.get("conv", "").startswith(f"W=4 SiLU, no bias, C={C}"):
+            raise Failure(f"{mode}: the text summary's conv line: {text.get('conv')}")
+    d = json.loads(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--no-conv", "--json"]).stdout)
+    if d["conv"] is not None or d["bytes_per_slot"]["conv_state"] != 0:
+        raise Failure(f"--no-conv: the JSON says conv {d['conv']}, {d['bytes_per_slot']}")
+    text = summary(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--no-conv"]).stdout)
+    if not text.get("conv", "").startswith("off"):
+        raise Failure(f"--no-conv: the text summary's conv line: {text.get('conv')}")
+    print(d["conv"], text["conv"])
+
+
+@case
+def check_no_conv():
+    check_case("fused-accept", "graph", ["--no-conv"])
+    check_case("two-phase", "eager", ["--no-conv"])
+
+
+@case
 def check_sampler_outside_graph():
     check_case("two-phase", "graph", ["--sampler-outside-graph"])
     check_case("fused-accept", "graph", ["--sampler-outside-graph"])
@@ -328,7 +359,7 @@ def json_output():
 BENCH_COLUMNS = ["backend", "mode", "exec", "sampler", "layers", "heads", "value_heads", "head_k", "head_v",
                  "io_dtype", "state_dtype", "tokens", "batch", "bucket", "rounds", "host_ms", "device_ms",
                  "tokens_per_s", "state_bytes_per_round", "bandwidth_gbs", "copy_ceiling_gbs", "graph_nodes",
-                 "graph_us_traced", "idle_pct", "largest_gap_us"]
+                 "graph_us_traced", "idle_pct", "largest_gap_us", "conv_width"]
 
 
 def small_bench(name):
@@ -350,6 +381,8 @@ def bench_outputs():
     # 2 drafts x 2 batches x 3 modes x 2 executions x 2 sampler placements
     if len(rows) != 48:
         raise Failure(f"{len(rows)} CSV rows, expected 48")
+    if any(r["conv_width"] != "4" for r in rows):
+        raise Failure("the bench runs the short convolution by default (conv_width 4)")
     seen = {(r["mode"], r["exec"], r["sampler"], r["tokens"], r["batch"]) for r in rows}
     if len(seen) != 48:
         raise Failure("the CSV repeats points")
@@ -491,12 +524,14 @@ def names(ranges):
 
 
 def expect_round_body(r, layers, tail):
-    """A capture or eager round: the index build, the L layers in order, then `tail` (sampler steps)."""
-    want = ["index_build"] + ["layer"] * layers + tail
+    """A capture or eager round: the index build, the L layers in order, each its conv (on by default)
+    then its verify, then `tail` (sampler steps)."""
+    want = ["index_build"] + ["conv", "layer"] * layers + tail
     if names(r.children) != want:
         raise Failure(f"{r.name} {r.payload} holds {names(r.children)}, expected {want}")
-    if [c.payload for c in r.children if c.name == "layer"] != list(range(layers)):
-        raise Failure(f"{r.name}: layer payloads {[c.payload for c in r.children if c.name == 'layer']}")
+    for kind in ("conv", "layer"):
+        if [c.payload for c in r.children if c.name == kind] != list(range(layers)):
+            raise Failure(f"{r.name}: {kind} payloads {[c.payload for c in r.children if c.name == kind]}")
     for c in r.children:
         if c.children:
             raise Failure(f"{c.name} has nested ranges {names(c.children)}")
