@@ -166,7 +166,8 @@ stage_memcheck() {
     "tests/accept_cuda_test:*" \
     "tests/state_copy_cuda_test:*" \
     "tests/verify_cuda_test:*K64_T3_G2:*K128_T8_G1:VerifyCuda.*" \
-    "tests/verifier_cuda_test:*K64_io_bf16*"
+    "tests/verifier_cuda_test:*K64_io_bf16*" \
+    "tests/conv_cuda_test:*W4*C200*:ConvCuda.*"
 }
 
 stage_racecheck() {
@@ -215,6 +216,18 @@ stage_other_benches() {
       # shellcheck disable=SC2086  # the arguments are meant to split
       "$BUILD/tools/kdagraph" bench ${KDAGRAPH_BENCH_ARGS:---backend cuda --preset $preset --drafts 1,3 --batches 1,4,16,64 --execs graph --rounds 30 $trace} \
         --csv "$OUT/kdagraph_bench_$preset.csv" --md "$OUT/kdagraph_bench_$preset.md" || rc=1
+    done
+    ran=1
+  fi
+  if [[ -x "$BUILD/profiling/bench_conv" ]]; then
+    # The conv issue: its share of a layer and the two-phase conv scatter, then the fused round with the
+    # conv against the one without (aim: <= 1.05x at batch 1); the sweeps above ran with the conv.
+    echo "--- bench_conv --backend cuda"
+    "$BUILD/profiling/bench_conv" --backend cuda | tee "$OUT/bench_conv_cuda.md" || rc=1
+    for conv in "" --no-conv; do
+      # shellcheck disable=SC2086  # an empty $conv is no argument
+      "$BUILD/tools/kdagraph" bench --backend cuda --preset kimi-linear-48b-tp2 --modes fused-accept --execs graph \
+        --sampler in --drafts 3 --batches 1,16,128 --rounds 30 $conv --md "$OUT/kdagraph_bench_conv${conv}.md" || rc=1
     done
     ran=1
   fi

@@ -5,7 +5,10 @@
 // built on exactly these calls. A fused-accept round:
 //
 //   ops::build_indices(s, spec, storage, batch, idx);                 // once per forward
-//   for (int l = 0; l < L; ++l) ops::verify_layer(s, spec, storage, idx, batch.rows, l, inputs[l]);
+//   for (int l = 0; l < L; ++l) {
+//     ops::conv_layer(s, spec, storage, idx, batch.rows, l, convs[l]);  // with a conv: q, k, v from x
+//     ops::verify_layer(s, spec, storage, idx, batch.rows, l, inputs[l]);
+//   }
 //   ...the engine's sampler writes accept lengths [rows] on the device...
 //   ops::accept(s, spec, storage, idx, batch.rows, accepted);
 //   ops::commit(s, spec, storage, idx, batch.rows);                   // two-phase mode only
