@@ -325,11 +325,7 @@ void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& stora
 
 void short_conv(const Stream& s, const ShortConvCall& c) {
   const char* where = "ops::short_conv";
-  require(c.conv.width != 0, where, "conv.width", "= 0: a short_conv needs a width");
-  require_in_range(where, "conv.width", c.conv.width, kMinConvWidth, kMaxConvWidth);
-  require_in_range(where, "conv.channels", c.conv.channels, 1, INT32_MAX);
-  require(c.conv.activation == ConvActivation::silu || c.conv.activation == ConvActivation::none, where,
-          "conv.activation", "= " + std::to_string(int(c.conv.activation)) + " is not a ConvActivation");
+  detail::validate_conv(where, c.conv);
   require(c.io_dtype == DType::f32 || c.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
   require_in_range(where, "batch", c.batch, 1, INT32_MAX);
   require_in_range(where, "tokens", c.tokens, 1, 1024);

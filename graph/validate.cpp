@@ -58,14 +58,19 @@ void validate(const VerifierConfig& c) {
 
 namespace detail {
 
+void validate_conv(const char* where, const ConvShape& conv) {
+  require_in_range(where, "conv.width", conv.width, kMinConvWidth, kMaxConvWidth);
+  require_in_range(where, "conv.channels", conv.channels, 1, INT32_MAX);
+  require(conv.activation == ConvActivation::silu || conv.activation == ConvActivation::none, where,
+          "conv.activation", "= " + std::to_string(int(conv.activation)) + " is not a ConvActivation");
+}
+
 void validate_conv_shape(const char* where, const ConvShape& conv, const ModelShape& m) {
   if (conv.width == 0) return;
-  require_in_range(where, "conv.width", conv.width, kMinConvWidth, kMaxConvWidth);
+  validate_conv(where, conv);
   require(conv.channels == conv_channels(m), where, "conv.channels",
           "= " + std::to_string(conv.channels) + " disagrees with the layer shape 2 * H * K + HV * V = " +
               std::to_string(conv_channels(m)));
-  require(conv.activation == ConvActivation::silu || conv.activation == ConvActivation::none, where,
-          "conv.activation", "= " + std::to_string(int(conv.activation)) + " is not a ConvActivation");
 }
 
 void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {

@@ -34,6 +34,8 @@ void validate_slot(const char* where, int32_t slot, int32_t pool_slots);
 void validate_slot_list(const char* where, const int32_t* slots, int32_t count, int32_t pool_slots);
 void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t n, int32_t tokens);
 void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& spec);
+// A conv's width (2 to 4), channels and activation.
+void validate_conv(const char* where, const ConvShape& conv);
 // A conv shape (width 0: none) against the layer shape it convolves for.
 void validate_conv_shape(const char* where, const ConvShape& conv, const ModelShape& m);
 // A conv's x, weight, bias and output segments, which must tile [0, channels) in order.

@@ -107,10 +107,13 @@ struct ConvCase {
     new_inputs();
   }
 
-  // The rows of the next run: slots, accept lengths, and the two-phase write rows slot * S + t.
+  // The rows of the next run: slots, accept lengths, and the two-phase write rows slot * S + t. Rows
+  // past the lists' ends are padding.
   void set_batch(const std::vector<int32_t>& slots, const std::vector<int32_t>& accepts) {
     row_slot = slots;
     row_accept = accepts;
+    row_slot.resize(size_t(sh.rows), -1);
+    row_accept.resize(size_t(sh.rows), 0);
     write_row.assign(size_t(sh.rows) * sh.tokens, -1);
     for (int32_t n = 0; n < sh.rows; ++n)
       for (int32_t t = 0; t < sh.tokens && row_slot[size_t(n)] >= 0; ++t)
