@@ -251,7 +251,7 @@ void conv_window_cpu(const ConvWindowParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 namespace kdagraph {
 // Enqueue on `stream`; allocate nothing, never synchronize. Throw InvalidArgument, naming the check and
@@ -266,7 +266,7 @@ struct ConvOp {
   using Params = ConvParams;
   static constexpr const char* kName = "conv";
   static void cpu(const Params& p) { conv_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_conv(p, s); }
 #endif
   static std::string shape(const Params& p) {
@@ -278,7 +278,7 @@ struct ConvWindowOp {
   using Params = ConvWindowParams;
   static constexpr const char* kName = "conv_window";
   static void cpu(const Params& p) { conv_window_cpu(p); }
-#if defined(KDAGRAPH_WITH_CUDA)
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
   static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_conv_window(p, s); }
 #endif
   static std::string shape(const Params& p) {

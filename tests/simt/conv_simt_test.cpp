@@ -1,0 +1,103 @@
+// SPEC §9 with the conv kernel's own source on the SIMT executor (kernels/conv.cu, compiled as C++):
+// against fp64 and bitwise against the CPU twin (both multiply then add, so they agree bit for bit here)
+// on the CPU tests' cases; over many rounds against each slot's accepted inputs; and, since in this
+// build the CPU backend runs the kernels, the three modes through the host engine with the conv.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kdagraph/host_engine.hpp"
+#include "kernels/conv.h"
+#include "tests/common/conv_case.h"
+#include "tests/common/engines.h"
+#include "tests/simt/executor.h"
+
+namespace kdagraph::test {
+namespace {
+
+const Stream kCpu{Backend::cpu, nullptr};
+
+const ConvBackend kSimtConv{
+    [](ConvCase& c) { ASSERT_EQ(launch_conv(c.params(c.host_pointers()), nullptr), cudaSuccess) << simt::last_error(); },
+    [](ConvCase& c, const std::vector<int32_t>& slot_of, const std::vector<int32_t>& accept_of,
+       const std::vector<int32_t>& accept_len, bool from_scratch) {
+      const ConvWindowParams p = c.window_params(c.host_pointers(), slot_of.data(), int32_t(slot_of.size()),
+                                                 from_scratch ? accept_of.data() : nullptr, accept_len.data(),
+                                                 from_scratch);
+      ASSERT_EQ(launch_conv_window(p, nullptr), cudaSuccess) << simt::last_error();
+    }};
+
+class ConvSimtSweep : public ::testing::TestWithParam<ConvCaseShape> {};
+
+// A fresh slot (a = 0) and a full accept (a = T) in row 0, the other rows as in the CPU test.
+TEST_P(ConvSimtSweep, MatchesFp64AndTheCpuBitwise) {
+  const ConvCaseShape sh = GetParam();
+  for (int32_t a : {0, sh.tokens}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(sh.str() + " a=" + std::to_string(a) + " seed=" + std::to_string(seed));
+    const std::vector<int32_t> slots = {3, -1, 0, 4}, accepts = {a, 0, sh.tokens, 1};
+    ConvCase simt(sh, seed, slots, accepts), cpu(sh, seed, slots, accepts);
+    const ConvExpectation want = expect_of(simt);
+    const uint64_t launches = simt::launches();
+    kSimtConv.conv(simt);
+    EXPECT_EQ(simt::launches() - launches, 1u) << "the conv ran on the executor";
+    expect_conv_results(simt, want, conv_tolerance(sh.io));
+    conv_cpu(cpu.params(cpu.host_pointers()));
+    for (size_t s = 0; s < simt.y.size(); ++s) EXPECT_TRUE(simt.y[s].bytes == cpu.y[s].bytes) << "output segment " << s;
+    EXPECT_TRUE(simt.state.bytes == cpu.state.bytes && simt.scratch.bytes == cpu.scratch.bytes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvSimtSweep, ::testing::ValuesIn(conv_sweep_shapes()),
+                         [](const auto& param_info) { return param_info.param.name(); });
+
+TEST(ConvSimt, RoundsFollowEachSlotsAcceptedInputs) {
+  for (const ConvCaseShape& shape : conv_sweep_shapes()) {
+    if (shape.channels != 200 || shape.tokens != 4 || shape.width != 4) continue;
+    ConvCaseShape sh = shape;
+    sh.rows = 5;
+    sh.slots = 6;
+    expect_rounds_follow_history(sh, fresh_seed(), 20, kSimtConv);
+  }
+}
+
+// The host engine's rounds with the conv, every operation a kernel on the executor: two-phase eager,
+// fused-accept and replay in the CPU graph twin, bitwise in outputs, states and conv windows.
+TEST(ConvSimt, ModesAgreeThroughTheEngine) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const uint64_t launches_before = simt::launches();
+  std::vector<std::unique_ptr<HostEngine>> engines;
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
+    HostEngineConfig c = with_conv(small_engine(Backend::cpu, mode, mode == Mode::two_phase ? Exec::eager : Exec::graph, seed));
+    c.verifier.model = ModelShape{2, 1, 2, 64, 64};
+    c.batch = 4;
+    c.retire_rate = 0.15;
+    engines.push_back(std::make_unique<HostEngine>(c));
+  }
+  for (auto& e : engines) {
+    e->start(kCpu);
+    for (int r = 0; r < 30; ++r) e->run_round(kCpu);
+    e->finish(kCpu);
+  }
+  // Per round and engine at least: inputs, the index build, a conv and a verify per layer, sampler, accept.
+  EXPECT_GE(simt::launches() - launches_before, uint64_t(3 * 30 * 8)) << "the rounds did not run on the executor";
+  const HostEngine& want = *engines[0];
+  EXPECT_GT(want.retired().size(), 4u);
+  for (size_t i = 1; i < engines.size(); ++i) {
+    const HostEngine& got = *engines[i];
+    ASSERT_EQ(got.rounds().size(), want.rounds().size());
+    for (size_t r = 0; r < want.rounds().size(); ++r)
+      ASSERT_TRUE(got.rounds()[r].outputs == want.rounds()[r].outputs) << "engine " << i << ", round " << r;
+    ASSERT_EQ(got.retired().size(), want.retired().size());
+    for (size_t k = 0; k < want.retired().size(); ++k) {
+      EXPECT_TRUE(got.retired()[k].state == want.retired()[k].state) << "engine " << i << ", request " << k;
+      EXPECT_TRUE(got.retired()[k].conv_window == want.retired()[k].conv_window) << "engine " << i << ", request " << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kdagraph::test
