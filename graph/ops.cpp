@@ -156,6 +156,8 @@ ConvWindowParams window_params(const RoundSpec& spec, const SlotStorage& st, int
   p.accept_len = st.accept_len;
   p.slots = st.slots;
   p.scratch_steps = st.scratch_steps;
+  // The recurrent state's clamp (indices.h), so a corrupt length moves both states alike.
+  p.max_accept = mode_policy(spec.mode).token_cache ? spec.tokens : st.scratch_steps;
   p.channels = spec.conv.channels;
   p.width = spec.conv.width;
   p.layers = spec.model.layers;

@@ -195,6 +195,7 @@ struct ConvWindowParams {
   const int32_t* accept_len = nullptr;  // [P]
   int32_t slots = 0;                  // P
   int32_t scratch_steps = 0;          // S
+  int32_t max_accept = 0;             // accept lengths are clamped to [0, max_accept]: S, or T in replay
   int32_t channels = 0;               // C
   int32_t width = 0;                  // W
   int32_t layers = 0;                 // L
@@ -215,12 +216,14 @@ struct ConvWindowMove {
 KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int32_t layer, bool report_accept,
                                        bool report_layer) {
   const ConvWindowMove none{nullptr, nullptr};
-  const int32_t slot = p.slot_of[e];
-  if (slot < 0 || slot >= p.slots) return none;
+  // A commit's entries are the round's checked row slots; a materialize list is checked here.
+  const int32_t slot = p.accept_of != nullptr ? (p.slot_of[e] < p.slots ? p.slot_of[e] : -1)
+                                              : checked_slot(p.slot_of, e, p.slots, p.errors, report_accept);
+  if (slot < 0) return none;
   int32_t a = p.accept_of != nullptr ? p.accept_of[e] : p.accept_len[slot];
-  if (a < 0 || a > p.scratch_steps) {
+  if (a < 0 || a > p.max_accept) {
     if (report_accept) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, e, a);
-    a = a < 0 ? 0 : p.scratch_steps;
+    a = a < 0 ? 0 : p.max_accept;
   }
   if (a == 0 || (!p.from_scratch && a == 1)) return none;
   char* state = layer_base(p.state, layer);

@@ -25,4 +25,23 @@ KDA_HD void record_device_error(DeviceErrorWord* word, DeviceErrorCode code, int
 #endif
 }
 
+// Entry e of a slot list (a batch, or a materialize list): the slot it names, or -1. -1 entries are
+// padding; entries outside [0, slots) and repeats of an earlier entry (the first keeps the slot) are
+// treated as padding too and recorded when `report`. A listed slot is then worked on once, whatever the
+// list holds: replaying a prefix or moving a window twice would corrupt the state.
+KDA_HD int32_t checked_slot(const int32_t* list, int32_t e, int32_t slots, DeviceErrorWord* errors, bool report) {
+  int32_t slot = list[e];
+  if (slot < -1 || slot >= slots) {
+    if (report) record_device_error(errors, DeviceErrorCode::slot_out_of_range, e, slot);
+    return -1;
+  }
+  for (int32_t m = 0; slot >= 0 && m < e; ++m) {
+    if (list[m] == slot) {
+      if (report) record_device_error(errors, DeviceErrorCode::slot_repeated, e, slot);
+      return -1;
+    }
+  }
+  return slot;
+}
+
 }  // namespace kdagraph

@@ -39,29 +39,12 @@ struct RowSeed {
   int32_t accept;  // gathered accept length, clamped to [0, S] ([0, T] in replay); -1 for padded rows
 };
 
-// The slot of real row n, or -1 (padding): a slot outside [0, P) or one an earlier row holds (the
-// first row holding it keeps it) makes the row padding, and is recorded.
-KDA_HD int32_t checked_slot(const int32_t* slots, int32_t n, int32_t pool_slots, DeviceErrorWord* errors) {
-  int32_t slot = slots[n];
-  if (slot < -1 || slot >= pool_slots) {
-    record_device_error(errors, DeviceErrorCode::slot_out_of_range, n, slot);
-    slot = -1;
-  }
-  for (int32_t m = 0; slot >= 0 && m < n; ++m) {
-    if (slots[m] == slot) {
-      record_device_error(errors, DeviceErrorCode::slot_repeated, n, slot);
-      slot = -1;
-    }
-  }
-  return slot;
-}
-
 // Decides what row n is. Bad slots (out of range, repeated) make the row padding; an accept length
 // outside [0, S] (replay: [0, T], the tokens a cache row holds) is clamped. Both are recorded.
 KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n) {
   int32_t n_real = *p.n_real;
   n_real = n_real < 0 ? 0 : (n_real > p.rows ? p.rows : n_real);
-  const int32_t slot = n < n_real ? checked_slot(p.slots, n, p.pool_slots, p.errors) : -1;
+  const int32_t slot = n < n_real ? checked_slot(p.slots, n, p.pool_slots, p.errors, true) : -1;
   // Padded rows gather too, from slot 0: always in range, so the gather needs no branch.
   int32_t accept = p.accept_len[slot >= 0 ? slot : 0];
   const int32_t max_accept = p.replay ? p.tokens : p.scratch_steps;
@@ -114,7 +97,7 @@ struct BuildSlotIndices {
   SlotIndexParams p;
 
   KDA_HD void operator()(int32_t n) const {
-    const int32_t slot = checked_slot(p.slots, n, p.pool_slots, p.errors);
+    const int32_t slot = checked_slot(p.slots, n, p.pool_slots, p.errors, true);
     p.accepted[n] = p.accept_len[slot >= 0 ? slot : 0];
     int32_t* write_row = p.write_row + int64_t(n) * p.tokens;
     for (int32_t t = 0; t < p.tokens; ++t) write_row[t] = slot >= 0 ? scratch_row(slot, t, p.scratch_steps) : -1;

@@ -28,10 +28,16 @@ struct StateCopyParams {
   DeviceErrorWord* errors = nullptr;
 };
 
-// Accept length of entry e, clamped to [0, S]; 0 means nothing to copy. -1: skip the entry.
-KDA_HD int32_t copy_source_accept(const StateCopyParams& p, int32_t e, bool report) {
+// The slot of entry e, or -1: skip it. A commit's entries are the round's row slots (already checked by
+// the index build); a materialize list is checked here (checked_slot: out of range or repeated).
+KDA_HD int32_t copy_entry_slot(const StateCopyParams& p, int32_t e, bool report) {
+  if (p.accept_of == nullptr) return checked_slot(p.slot_of, e, p.slots, p.errors, report);
   const int32_t slot = p.slot_of[e];
-  if (slot < 0 || slot >= p.slots) return -1;
+  return slot >= 0 && slot < p.slots ? slot : -1;
+}
+
+// Accept length of entry e (slot `slot`), clamped to [0, S]; 0 means nothing to copy.
+KDA_HD int32_t copy_source_accept(const StateCopyParams& p, int32_t e, int32_t slot, bool report) {
   const int32_t a = p.accept_of ? p.accept_of[e] : p.accept_len[slot];
   if (a < 0 || a > p.scratch_steps) {
     if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, e, a);
@@ -49,7 +55,9 @@ struct CopyRows {
 };
 KDA_HD CopyRows copy_rows(const StateCopyParams& p, int32_t e, int32_t layer, bool report_accept,
                           bool report_layer) {
-  const int32_t a = copy_source_accept(p, e, report_accept);
+  const int32_t slot = copy_entry_slot(p, e, report_accept);
+  if (slot < 0) return CopyRows{nullptr, nullptr};
+  const int32_t a = copy_source_accept(p, e, slot, report_accept);
   if (a <= 0) return CopyRows{nullptr, nullptr};
   char* pool = layer_base(p.pool, layer);
   char* scratch = layer_base(p.scratch, layer);
@@ -57,7 +65,6 @@ KDA_HD CopyRows copy_rows(const StateCopyParams& p, int32_t e, int32_t layer, bo
     if (report_layer) record_device_error(p.errors, DeviceErrorCode::layer_base_invalid, e, layer);
     return CopyRows{nullptr, nullptr};
   }
-  const int32_t slot = p.slot_of[e];
   return CopyRows{state_row(scratch, p.scratch, scratch_row(slot, a - 1, p.scratch_steps)),
                   state_row(pool, p.pool, slot)};
 }

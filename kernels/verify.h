@@ -82,11 +82,8 @@ struct VerifyRow {
 KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
   VerifyRow r;
   if (p.slot_list != nullptr) {
-    const int32_t slot = p.slot_list[n];
-    if (slot < 0 || slot >= p.slots) {
-      if (report && slot >= 0) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, slot);
-      return r;
-    }
+    const int32_t slot = checked_slot(p.slot_list, n, p.slots, p.errors, report);
+    if (slot < 0) return r;
     int32_t a = p.accept_len[slot];
     if (a < 0 || a > p.cache_tokens) {
       if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, a);

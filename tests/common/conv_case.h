@@ -201,6 +201,7 @@ struct ConvCase {
     p.accept_len = accept_len;
     p.slots = sh.slots;
     p.scratch_steps = sh.scratch_steps;
+    p.max_accept = sh.scratch_steps;
     p.channels = sh.channels;
     p.width = sh.width;
     p.layers = 1;

@@ -272,6 +272,55 @@ TEST(ConvOps, BadConvArgumentsAreRefusedByNameAndChangeNothing) {
   EXPECT_EQ(expect_conv_refusals(Mode::two_phase, two_phase), (13 + 4) * 4 + 9);
 }
 
+// A materialize list that names a slot twice works on it once: replaying a pending prefix twice, or
+// moving a conv window twice, would corrupt the state. The repeat is padding, and recorded.
+TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
+    SCOPED_TRACE(to_string(mode));
+    VerifierConfig cfg = conv_config(DType::f32);
+    cfg.mode = mode;
+    const uint64_t seed = fresh_seed();
+    std::mt19937_64 gate_rng(seed + 1);
+    const std::vector<uint8_t> gate_bytes = random_io_bytes(2 * size_t(cfg.model.value_heads), DType::f32, gate_rng, -1, 1);
+    const float* gate = reinterpret_cast<const float*>(gate_bytes.data());
+    const std::vector<GateParams> gates(size_t(cfg.model.layers), GateParams{gate, gate + cfg.model.value_heads});
+    auto materialized = [&](const std::vector<int32_t>& list, DeviceErrorWord* errors) {
+      std::mt19937_64 rng(seed);  // both storages hold the same random states, windows and caches
+      CallerStorage c(cfg, CallerLayout::compact, kimi_conv(cfg));
+      c.storage.errors = errors;
+      std::vector<int32_t> accept_len(size_t(cfg.pool.slots)), parity(size_t(cfg.pool.slots));
+      for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) {
+        c.prefill(slot, random_states(cfg, rng));
+        accept_len[size_t(slot)] = 2 + int32_t(rng() % uint64_t(cfg.tokens - 1));  // 2..T: every mode moves something
+        parity[size_t(slot)] = int32_t(rng() % 2);
+        for (int32_t l = 0; l < cfg.model.layers; ++l) {
+          c.conv_state.write_row(l, slot, random_io_bytes(size_t(c.conv_state.row_elems), DType::f32, rng, -1, 1).data());
+          for (int64_t r = 0; r < int64_t(cfg.pool.scratch_steps); ++r)
+            c.scratch.write_row(l, int64_t(slot) * cfg.pool.scratch_steps + r, random_states(cfg, rng).data());
+          for (int64_t r = 0; r < 2; ++r)
+            c.token_cache.write_row(l, 2 * int64_t(slot) + r,
+                                    random_io_bytes(size_t(c.token_cache.row_elems), cfg.io_dtype, rng, -1, 1).data());
+        }
+      }
+      c.accept_len.upload(accept_len.data(), accept_len.size() * sizeof(int32_t));
+      c.cache_parity.upload(parity.data(), parity.size() * sizeof(int32_t));
+      c.materialize_list.upload(list.data(), list.size() * sizeof(int32_t));
+      ops::materialize(kCpu, c.spec, c.storage, c.materialize_list.as<int32_t>(), int32_t(list.size()), gates.data());
+      return std::vector<std::vector<uint8_t>>{c.pool.bytes(), c.conv_state.bytes(), c.accept_len.download<uint8_t>()};
+    };
+    DeviceErrorWord once_errors, twice_errors;
+    const auto once = materialized({3, 5}, &once_errors);
+    const auto twice = materialized({3, 3, 5, 5}, &twice_errors);
+    EXPECT_TRUE(once == twice) << "a repeated slot was worked on twice";
+    EXPECT_EQ(once_errors.count, 0u);
+    EXPECT_EQ(twice_errors.code, uint32_t(DeviceErrorCode::slot_repeated));
+    // The first recorded is either repeat (rows may run in any order), each seen at least once.
+    EXPECT_TRUE((twice_errors.row == 1 && twice_errors.value == 3) || (twice_errors.row == 3 && twice_errors.value == 5))
+        << "row " << twice_errors.row << ", value " << twice_errors.value;
+    EXPECT_GE(twice_errors.count, 2u);
+  }
+}
+
 TEST(ConvOps, ConvLayerNeedsAConv) {
   const VerifierConfig cfg = conv_config(DType::f32);
   CallerStorage c(cfg, CallerLayout::compact);
