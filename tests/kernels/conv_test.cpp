@@ -130,9 +130,18 @@ TEST(ConvCpu, WindowMovesCommitAndMaterialize) {
       p.errors = &errors;
       conv_window_cpu(p);
       EXPECT_EQ(first_difference(c.state.bytes, want), -1);
-      EXPECT_EQ(DeviceErrorCode(errors.code), DeviceErrorCode::accept_out_of_range);
-      EXPECT_EQ(errors.value, 7);
-      EXPECT_EQ(errors.count, 1u);
+      // Both clamp the 7; a materialize list's slot 9 is also recorded (a commit's slots were checked by
+      // the index build). The first record is whichever core met its entry first.
+      const auto code = DeviceErrorCode(errors.code);
+      if (from_scratch) {
+        EXPECT_EQ(code, DeviceErrorCode::accept_out_of_range);
+        EXPECT_EQ(errors.value, 7);
+      } else {
+        EXPECT_TRUE((code == DeviceErrorCode::accept_out_of_range && errors.value == 7) ||
+                    (code == DeviceErrorCode::slot_out_of_range && errors.value == 9))
+            << to_string(code) << " " << errors.value;
+      }
+      EXPECT_EQ(errors.count, from_scratch ? 1u : 2u);
     }
   }
 }

@@ -127,7 +127,7 @@ TEST(StateCopyCuda, CommitAndMaterializeMatchCpuBitwise) {
       EXPECT_EQ(first_difference(gpu.pool, cpu.pool), -1) << "pool byte";
       EXPECT_EQ(first_difference(gpu.accept_len, cpu.accept_len), -1) << "accept_len";
       EXPECT_EQ(gpu.errors.count, cpu.errors.count);
-      EXPECT_EQ(gpu.errors.count, 2u) << "one report per clamped entry, not per layer or block";
+      EXPECT_EQ(gpu.errors.count, c.commit ? 2u : 3u) << "one report per clamped entry (and a materialize list's bad slot), not per layer or block";
     }
 }
 
