@@ -107,8 +107,12 @@ void validate_view(const char* where, const std::string& name, const StateView& 
           "must set exactly one of base (one allocation) and layer_table (per-layer bases)");
   if (v.base != nullptr) {
     require_buffer(where, field("base").c_str(), v.base, 16);
-    if (v.layers > 1)
+    if (v.layers > 1) {
       require_in_range(where, field("layer_stride").c_str(), v.layer_stride, v.rows * v.row_stride, int64_t(1) << 50);
+      require(v.layer_stride * es % 16 == 0, where, field("layer_stride").c_str(),
+              "= " + std::to_string(v.layer_stride) + " elements (" + std::to_string(v.layer_stride * es) +
+                  " bytes) is not a multiple of 16 bytes: every layer's rows must start 16-byte aligned");
+    }
     return;
   }
   require_buffer(where, field("layer_table").c_str(), v.layer_table, alignof(void*));

@@ -10,6 +10,7 @@
 #include "kdagraph/error.hpp"
 #include "kernels/conv.h"
 #include "kernels/launch.cuh"
+#include "kernels/launch_checks.h"
 
 namespace kdagraph {
 namespace {
@@ -41,21 +42,6 @@ __global__ void __launch_bounds__(kConvThreads)
   }
 }
 
-void require_aligned(const char* where, const char* argument, const void* ptr, uintptr_t bytes) {
-  const auto addr = reinterpret_cast<uintptr_t>(ptr);
-  require(ptr != nullptr && addr % bytes == 0, where, argument,
-          "= " + std::to_string(addr) + " must be non-null and " + std::to_string(bytes) + "-byte aligned");
-}
-
-// A view the kernels address: its dtype, row stride and (one allocation) base.
-void require_view(const char* where, const char* name, const StateView& v, DType dtype, int64_t row_elems) {
-  require(v.dtype == dtype, where, name, std::string("dtype = ") + to_string(v.dtype) + " differs from io_dtype");
-  require(v.row_stride >= row_elems, where, name,
-          "row_stride = " + std::to_string(v.row_stride) + " elements is below a row's " + std::to_string(row_elems));
-  if (v.layer_table == nullptr) require_aligned(where, name, v.base, 16);
-  else require_aligned(where, name, v.layer_table, alignof(void*));
-}
-
 // The one place the width and dtype become template parameters; `p.width` is checked to be 2 to 4.
 template <class IoT>
 cudaError_t dispatch_width(const ConvParams& p, cudaStream_t stream, int32_t chunks, unsigned blocks) {
@@ -78,21 +64,21 @@ cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
   int64_t covered = 0;
   for (int s = 0; s < kMaxConvSegments; ++s) {
     require_in_range(where, "out[].channels", p.out[s].channels, 0, p.channels - covered);
-    if (p.out[s].channels > 0) require_aligned(where, "out[].y", p.out[s].y, es);
+    if (p.out[s].channels > 0) detail::require_aligned(where, "out[].y", p.out[s].y, es);
     covered += p.out[s].channels;
   }
   require(covered == p.channels, where, "out", "covers " + std::to_string(covered) + " of C = " + std::to_string(p.channels) + " channels");
-  require_aligned(where, "x", p.x, es);
-  require_aligned(where, "weight", p.weight, alignof(float));
-  if (p.bias != nullptr) require_aligned(where, "bias", p.bias, alignof(float));
-  require_aligned(where, "row_slot", p.row_slot, alignof(int32_t));
+  detail::require_aligned(where, "x", p.x, es);
+  detail::require_aligned(where, "weight", p.weight, alignof(float));
+  if (p.bias != nullptr) detail::require_aligned(where, "bias", p.bias, alignof(float));
+  detail::require_aligned(where, "row_slot", p.row_slot, alignof(int32_t));
   const int64_t columns = conv_state_columns(p.offset_window, p.width, p.scratch_steps);
-  require_view(where, "state", p.state, p.io_dtype, columns * p.channels);
+  detail::require_state_view(where, "state", p.state, p.io_dtype, columns * p.channels);
   if (p.offset_window) {
-    require_aligned(where, "row_accept", p.row_accept, alignof(int32_t));
+    detail::require_aligned(where, "row_accept", p.row_accept, alignof(int32_t));
   } else {
-    require_aligned(where, "write_row", p.write_row, alignof(int32_t));
-    require_view(where, "scratch", p.scratch, p.io_dtype, int64_t(p.width - 1) * p.channels);
+    detail::require_aligned(where, "write_row", p.write_row, alignof(int32_t));
+    detail::require_state_view(where, "scratch", p.scratch, p.io_dtype, int64_t(p.width - 1) * p.channels);
   }
   const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
   const int64_t blocks = int64_t(p.rows) * chunks;
@@ -111,13 +97,13 @@ cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream) {
   require_in_range(where, "layers", p.layers, 1, INT32_MAX);
   require(p.io_dtype == DType::f32 || p.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
   if (p.count == 0) return cudaSuccess;
-  require_aligned(where, "slot_of", p.slot_of, alignof(int32_t));
-  if (p.accept_of != nullptr) require_aligned(where, "accept_of", p.accept_of, alignof(int32_t));
-  else require_aligned(where, "accept_len", p.accept_len, alignof(int32_t));
+  detail::require_aligned(where, "slot_of", p.slot_of, alignof(int32_t));
+  if (p.accept_of != nullptr) detail::require_aligned(where, "accept_of", p.accept_of, alignof(int32_t));
+  else detail::require_aligned(where, "accept_len", p.accept_len, alignof(int32_t));
   const int64_t window = int64_t(p.width - 1) * p.channels;
-  require_view(where, "state", p.state, p.io_dtype,
+  detail::require_state_view(where, "state", p.state, p.io_dtype,
                p.from_scratch ? window : conv_state_columns(true, p.width, p.scratch_steps) * int64_t(p.channels));
-  if (p.from_scratch) require_view(where, "scratch", p.scratch, p.io_dtype, window);
+  if (p.from_scratch) detail::require_state_view(where, "scratch", p.scratch, p.io_dtype, window);
   const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
   const int64_t units = int64_t(p.count) * p.layers * chunks;
   const unsigned blocks = unsigned(std::min(units, kMaxWindowBlocks));

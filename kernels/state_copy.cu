@@ -9,6 +9,7 @@
 
 #include "kdagraph/error.hpp"
 #include "kernels/launch.cuh"
+#include "kernels/launch_checks.h"
 #include "kernels/state_copy.h"
 
 namespace kdagraph {
@@ -73,13 +74,8 @@ cudaError_t launch_copy_accepted_states(const StateCopyParams& p, cudaStream_t s
   const int64_t slot_bytes = p.row_elems * elem_bytes(p.pool.dtype);
   require(slot_bytes % 16 == 0, where, "row_elems",
           "= " + std::to_string(p.row_elems) + ": a slot's state must be a whole number of 16-byte words");
-  for (const StateView* view : {&p.pool, &p.scratch}) {
-    const char* name = view == &p.pool ? "pool" : "scratch";
-    require(view->row_stride * elem_bytes(view->dtype) % 16 == 0, where, name,
-            "row_stride = " + std::to_string(view->row_stride) + " elements is not a multiple of 16 bytes");
-    require(view->layer_table != nullptr || reinterpret_cast<uintptr_t>(view->base) % 16 == 0, where, name,
-            "base is not 16-byte aligned");
-  }
+  detail::require_state_view(where, "pool", p.pool, p.pool.dtype, p.row_elems);
+  detail::require_state_view(where, "scratch", p.scratch, p.pool.dtype, p.row_elems);
   CopyGrid grid;
   grid.words_per_slot = slot_bytes / 16;
   grid.chunks_per_slot = (grid.words_per_slot + kWordsPerChunk - 1) / kWordsPerChunk;

@@ -20,6 +20,7 @@
 #include "kdagraph/error.hpp"
 #include "kernels/kda_math.h"
 #include "kernels/launch.cuh"
+#include "kernels/launch_checks.h"
 #include "kernels/verify.h"
 
 namespace kdagraph {
@@ -408,12 +409,6 @@ cudaError_t dispatch_dtypes(const VerifyParams& p, cudaStream_t stream) {
   return launch_tiles<K, bf16, bf16>(p, stream);
 }
 
-void require_aligned(const char* argument, const void* ptr, uintptr_t bytes) {
-  const auto addr = reinterpret_cast<uintptr_t>(ptr);
-  require(ptr != nullptr && addr % bytes == 0, "launch_verify", argument,
-          "= " + std::to_string(addr) + " must be non-null and " + std::to_string(bytes) + "-byte aligned");
-}
-
 }  // namespace
 
 bool verify_cuda_supports(int32_t head_k, int32_t head_v) {
@@ -433,34 +428,30 @@ cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
   // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words from
   // 16-byte aligned rows, the gate parameters as 4-byte cp.async; cache rows like input rows.
   if (p.tokens > 0) {
-    require_aligned("q", p.q, 16);
-    require_aligned("k", p.k, 16);
-    require_aligned("v", p.v, 16);
-    require_aligned("g", p.g, 16);
+    detail::require_aligned(where, "q", p.q, 16);
+    detail::require_aligned(where, "k", p.k, 16);
+    detail::require_aligned(where, "v", p.v, 16);
+    detail::require_aligned(where, "g", p.g, 16);
     const uintptr_t io_bytes = p.io_dtype == DType::f32 ? 4 : 2;
-    require_aligned("o", p.o, io_bytes);
-    require_aligned("beta", p.beta, io_bytes);
+    detail::require_aligned(where, "o", p.o, io_bytes);
+    detail::require_aligned(where, "beta", p.beta, io_bytes);
   }
   if (p.slot_list == nullptr) {
     require(p.seed_token != nullptr || p.seed_pool != nullptr || p.seed_scratch != nullptr, where, "seed_pool",
             "is null, and so are seed_scratch and seed_token: no row has a seed");
     for (const int32_t* index : {p.seed_pool, p.seed_scratch, p.seed_token})
-      if (index != nullptr) require_aligned("indices", index, 4);
+      if (index != nullptr) detail::require_aligned(where, "indices", index, 4);
   }
-  if (p.writes_scratch) require_aligned("write_row", p.write_row, 4);
+  if (p.writes_scratch) detail::require_aligned(where, "write_row", p.write_row, 4);
   const bool replay = p.replay_count != nullptr || p.slot_list != nullptr;
-  for (const StateView* view : {&p.pool, &p.scratch, &p.token_cache}) {
-    if (view == &p.scratch && !p.writes_scratch) continue;
-    if (view == &p.token_cache && !replay) continue;
-    const char* name = view == &p.pool ? "pool" : view == &p.scratch ? "scratch" : "token_cache";
-    require((view->row_stride * (view->dtype == DType::f32 ? 4 : 2)) % 16 == 0, where, name,
-            "row_stride = " + std::to_string(view->row_stride) + " elements is not a multiple of 16 bytes");
-    if (view->layer_table == nullptr) require_aligned(name, view->base, 16);
-  }
-  if (p.writes_scratch) require(p.scratch.dtype == p.pool.dtype, where, "scratch.dtype", "differs from pool.dtype");
-  if (replay) require(p.token_cache.dtype == p.io_dtype, where, "token_cache.dtype", "differs from io_dtype");
-  if (p.A_log != nullptr) require_aligned("A_log", p.A_log, 4);
-  if (p.dt_bias != nullptr) require_aligned("dt_bias", p.dt_bias, 4);
+  const int64_t state_elems = int64_t(p.value_heads) * p.head_v * p.head_k;
+  detail::require_state_view(where, "pool", p.pool, p.pool.dtype, state_elems);
+  if (p.writes_scratch) detail::require_state_view(where, "scratch", p.scratch, p.pool.dtype, state_elems);
+  if (replay)
+    detail::require_state_view(where, "token_cache", p.token_cache, p.io_dtype,
+                               TokenCacheLayout{p.cache_tokens, p.heads, p.value_heads, p.head_k, p.head_v}.row_elems());
+  if (p.A_log != nullptr) detail::require_aligned(where, "A_log", p.A_log, 4);
+  if (p.dt_bias != nullptr) detail::require_aligned(where, "dt_bias", p.dt_bias, 4);
   return p.head_k == 128 ? dispatch_dtypes<128>(p, stream) : dispatch_dtypes<64>(p, stream);
 }
 

@@ -9,6 +9,7 @@
 
 #include "kdagraph/ops.hpp"
 #include "tests/common/caller_storage.h"
+#include "tests/common/conv_rounds.h"
 #include "tests/common/engines.h"
 #include "tests/common/verify_case.h"
 

@@ -1,0 +1,42 @@
+// What every launcher checks before it enqueues: the pointers its kernel addresses, aligned for the
+// widest access it makes, and the state views it walks, whose rows and layers must start on 16-byte
+// boundaries (SPEC §10). Host code, shared by the CUDA launchers; the ops check the same views with the
+// user's argument names before a launcher is reached, so these guard direct callers of the launchers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kdagraph/error.hpp"
+#include "kdagraph/ops.hpp"
+#include "kernels/layout.h"
+
+namespace kdagraph::detail {
+
+inline void require_aligned(const char* where, const char* argument, const void* ptr, uintptr_t bytes) {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  require(ptr != nullptr && addr % bytes == 0, where, argument,
+          "= " + std::to_string(addr) + " must be non-null and " + std::to_string(bytes) + "-byte aligned");
+}
+
+// A view of rows of at least `row_elems` elements of `dtype`: one 16-byte aligned base with 16-byte
+// multiples for the row and layer strides, or a table of per-layer bases (each checked by the kernels,
+// layer_base_invalid).
+inline void require_state_view(const char* where, const char* name, const StateView& v, DType dtype, int64_t row_elems) {
+  require(v.dtype == dtype, where, name,
+          std::string("dtype = ") + to_string(v.dtype) + " differs from the expected " + to_string(dtype));
+  require(v.row_stride >= row_elems, where, name,
+          "row_stride = " + std::to_string(v.row_stride) + " elements is below a row's " + std::to_string(row_elems));
+  const int64_t es = elem_bytes(v.dtype);
+  require(v.row_stride * es % 16 == 0, where, name,
+          "row_stride = " + std::to_string(v.row_stride) + " elements is not a multiple of 16 bytes");
+  if (v.layer_table != nullptr) {
+    require_aligned(where, name, v.layer_table, alignof(void*));
+    return;
+  }
+  require_aligned(where, name, v.base, 16);
+  require(v.layers <= 1 || v.layer_stride * es % 16 == 0, where, name,
+          "layer_stride = " + std::to_string(v.layer_stride) + " elements is not a multiple of 16 bytes");
+}
+
+}  // namespace kdagraph::detail
