@@ -111,9 +111,24 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
     return VerifyRow{};
   }
   if (p.replay_count != nullptr && !r.padded()) {
+    // Built by the index build, but in memory the caller owns: a prefix longer than a cache row holds
+    // is clamped, and a cache row outside the view is not read (no prefix) or not written (recorded).
     r.replay = p.replay_count[n];
-    r.replay_from = p.replay_from[n];
+    if (r.replay < 0 || r.replay > p.cache_tokens) {
+      if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, r.replay);
+      r.replay = r.replay < 0 ? 0 : p.cache_tokens;
+    }
+    r.replay_from = r.replay > 0 ? p.replay_from[n] : -1;
+    if (r.replay > 0 && (r.replay_from < 0 || r.replay_from >= p.token_cache.rows)) {
+      if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, r.replay_from);
+      r.replay = 0;
+      r.replay_from = -1;
+    }
     r.cache_to = p.cache_to[n];
+    if (r.cache_to >= p.token_cache.rows) {
+      if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, r.cache_to);
+      r.cache_to = -1;
+    }
   }
   return r;
 }

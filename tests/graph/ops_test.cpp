@@ -73,6 +73,7 @@ std::vector<BadCall> bad_calls(CallerStorage& c) {
       {"storage.pool.layers", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.layers = 1; }},
       {"storage.pool.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.rows = s.slots - 1; }},
       {"storage.pool.layer_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.layer_stride = s.pool.row_stride; }},
+      {"storage.scratch.layer_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.layer_stride += 1; }},
       {"storage.pool.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.dtype = DType(7); }},
       {"storage.scratch.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.rows = int64_t(s.slots) * s.scratch_steps - 1; }},
       {"storage.scratch.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.dtype = DType::bf16; }},
@@ -174,6 +175,62 @@ std::vector<BadCall> bad_replay_calls(CallerStorage&) {
 
 TEST(Ops, BadReplayViewsAreRefusedNamingTheArgumentAndChangeNothing) {
   EXPECT_GT(expect_refused_and_unchanged(Mode::replay, bad_replay_calls), 25);
+}
+
+// The replay indices live in memory the caller owns. If they are corrupted after the build, the verify
+// clamps them as it would clamp an accept length: a prefix longer than a cache row replays a whole
+// row, a cache row outside the view is not read (no prefix) or not written. Each is recorded, and the
+// layer's results equal a round run on the clamped indices, bitwise.
+TEST(Ops, CorruptReplayIndicesAreClampedAndRecorded) {
+  const uint64_t seed = fresh_seed();
+  const VerifierConfig cfg = ops_config(Mode::replay, DType::f32);
+  const int32_t T = cfg.tokens, rows = cfg.max_rows;
+  auto run = [&](const std::function<void(std::vector<int32_t>&, const RoundIndices&)>& edit, DeviceErrorWord* errors) {
+    std::mt19937_64 rng(seed);
+    CallerStorage c(cfg, CallerLayout::compact);
+    BackendInputs in(cfg);
+    in.randomize(rng);
+    c.storage.errors = errors;
+    for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) {
+      c.prefill(slot, random_states(cfg, rng));
+      for (int32_t l = 0; l < cfg.model.layers; ++l)
+        for (int64_t r = 0; r < 2; ++r)
+          c.token_cache.write_row(l, 2 * int64_t(slot) + r,
+                                  random_io_bytes(size_t(c.token_cache.row_elems), cfg.io_dtype, rng, -1, 1).data());
+    }
+    const std::vector<int32_t> accept_len(size_t(cfg.pool.slots), 2), packed = {3, 2, 4, 1};
+    c.accept_len.upload(accept_len.data(), accept_len.size() * sizeof(int32_t));
+    c.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
+    ops::build_indices(kCpu, c.spec, c.storage, c.batch_view(rows), c.idx);
+    std::vector<int32_t> idx = c.index_storage.download<int32_t>();
+    edit(idx, c.idx);
+    c.index_storage.upload(idx.data(), idx.size() * sizeof(int32_t));
+    ops::verify_layer(kCpu, c.spec, c.storage, c.idx, rows, 1, in.view(1, 1));
+    return std::vector<std::vector<uint8_t>>{in.o[1][1].download<uint8_t>(), c.pool.bytes(), c.scratch.bytes(),
+                                             c.token_cache.bytes()};
+  };
+  auto at = [](const RoundIndices& i, const int32_t* array) { return size_t(array - i.row_slot); };
+  const int64_t cache_rows = 2 * int64_t(cfg.pool.slots);
+  DeviceErrorWord corrupt_errors, clamped_errors;
+  const auto corrupt = run(
+      [&](std::vector<int32_t>& v, const RoundIndices& i) {
+        v[at(i, i.seed_accept) + 0] = T + 5;           // prefix longer than a cache row
+        v[at(i, i.replay_from) + 1] = int32_t(cache_rows);  // prefix row outside the view
+        v[at(i, i.cache_to) + 2] = int32_t(cache_rows) + 7;  // new tokens' row outside the view
+      },
+      &corrupt_errors);
+  const auto clamped = run(
+      [&](std::vector<int32_t>& v, const RoundIndices& i) {
+        v[at(i, i.seed_accept) + 0] = T;
+        v[at(i, i.seed_accept) + 1] = 0;
+        v[at(i, i.replay_from) + 1] = -1;
+        v[at(i, i.cache_to) + 2] = -1;
+      },
+      &clamped_errors);
+  EXPECT_EQ(clamped_errors.count, 0u);
+  EXPECT_EQ(corrupt_errors.count, 3u) << "each corrupt entry once";
+  ASSERT_EQ(corrupt.size(), clamped.size());
+  for (size_t b = 0; b < corrupt.size(); ++b) EXPECT_EQ(first_difference(corrupt[b], clamped[b]), -1) << "buffer " << b;
 }
 
 TEST(Ops, AReplayMaterializeWithTheGateInTheKernelNeedsEachLayersGate) {
