@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "graph/capture.h"
 #include "graph/cpu_capture.h"
@@ -108,11 +109,26 @@ GraphRunner::~GraphRunner() = default;
 bool GraphRunner::sampler_in_round() const { return bool(hooks_.sampler) && config_.sampler_in_graph; }
 
 void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler) {
+  // Every layer's inputs are checked before any work is enqueued: a round refused at layer l after
+  // layers 0 to l - 1 ran would already have overwritten the rows their next seed reads (the scratch in
+  // fused accept, the pool in replay), and the refusal must change nothing (SPEC §6).
+  const RoundSpec& spec = verifier_.spec();
+  std::vector<LayerInputs> layers;
+  std::vector<ConvLayerInputs> convs;
+  for (int32_t l = 0; l < spec.model.layers; ++l) {
+    const std::string layer = "(" + std::to_string(l) + ")";
+    layers.push_back(hooks_.layer_inputs(l));
+    detail::validate_layer_inputs(("GraphRunner: hooks.layer_inputs" + layer).c_str(), layers.back(), spec);
+    if (!hooks_.conv_inputs) continue;
+    convs.push_back(hooks_.conv_inputs(l));
+    detail::validate_conv_inputs(("GraphRunner: hooks.conv_inputs" + layer).c_str(), convs.back(), spec.conv.channels,
+                                 spec.io_dtype);
+  }
   verifier_.enqueue_indices(s, rows);
-  for (int32_t l = 0; l < verifier_.config().model.layers; ++l) {
+  for (int32_t l = 0; l < spec.model.layers; ++l) {
     if (hooks_.before_layer) hooks_.before_layer(s, l, rows);
-    if (hooks_.conv_inputs) verifier_.enqueue_conv(s, l, hooks_.conv_inputs(l), rows);
-    verifier_.enqueue_verify(s, l, hooks_.layer_inputs(l), rows);
+    if (hooks_.conv_inputs) verifier_.enqueue_conv(s, l, convs[size_t(l)], rows);
+    verifier_.enqueue_verify(s, l, layers[size_t(l)], rows);
   }
   if (!with_sampler) return;
   verifier_.enqueue_accept(s, hooks_.sampler(s, rows), rows);

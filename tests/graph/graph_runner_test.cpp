@@ -2,6 +2,7 @@
 // many rounds crossing buckets, and the runner's errors.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
@@ -54,6 +55,7 @@ struct Harness {
   std::vector<float> gate;
   std::vector<int32_t> accept_source, accepted;
   std::unique_ptr<GraphRunner> runner;
+  int32_t bad_layer = -1;  // the layer whose inputs the hook hands with no output buffer
 
   Harness(const VerifierConfig& c, RunnerConfig rc, uint64_t seed) : verifier(c) {
     std::mt19937_64 rng(seed);
@@ -85,7 +87,7 @@ struct Harness {
       in.v = v[size_t(l)].data();
       in.g = g[size_t(l)].data();
       in.beta = beta[size_t(l)].data();
-      in.o = o[size_t(l)].data();
+      in.o = l == bad_layer ? nullptr : o[size_t(l)].data();
       in.A_log = gate.data();
       in.dt_bias = gate.data() + verifier.config().model.value_heads;
       return in;
@@ -230,6 +232,60 @@ TEST(GraphRunner, ErrorsLeaveTheStateAlone) {
   EXPECT_THROW(h.runner->set_batch(kCpu, repeated.data(), 0), InvalidArgument);
   EXPECT_TRUE(snapshot(h.verifier) == before);
   EXPECT_THROW(h.runner->accept(kCpu, h.accepted.data()), InvalidArgument) << "the sampler is in the graph";
+}
+
+// A hook that hands bad inputs for the last layer is refused before the first layer runs: the layers
+// before it would otherwise have overwritten the rows their next seed reads. The refused round changes
+// nothing, so the same round rerun with good inputs equals a round that was never refused, bitwise.
+TEST(GraphRunner, BadHookInputsAtTheLastLayerAreRefusedBeforeAnyLayerRuns) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
+    SCOPED_TRACE(to_string(mode));
+    RunnerConfig rc;
+    rc.buckets = {2, 4};
+    rc.exec = Exec::eager;
+    Harness h(coverage_config(mode), rc, seed), ref(coverage_config(mode), rc, seed);
+    const int32_t last = h.verifier.config().model.layers - 1;
+    const std::vector<int32_t> slots = {3, 1, 4};
+    for (Harness* x : {&h, &ref}) {
+      x->runner->set_batch(kCpu, slots.data(), 3);
+      x->runner->run_round(kCpu);  // accept lengths of 1: the next seeds are in scratch or the cache
+      x->accept_source.assign(x->accept_source.size(), 2);
+    }
+    h.bad_layer = last;
+    const StorageSnapshot before = snapshot(h.verifier);
+    try {
+      h.runner->run_round(kCpu);
+      ADD_FAILURE() << "a round with no output buffer for layer " << last << " ran";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "o");
+      EXPECT_NE(std::string(e.what()).find("layer_inputs(" + std::to_string(last) + ")"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_TRUE(snapshot(h.verifier) == before) << "the refused round changed the storage";
+    h.bad_layer = -1;
+    for (Harness* x : {&h, &ref}) x->runner->run_round(kCpu);
+    EXPECT_TRUE(snapshot(h.verifier) == snapshot(ref.verifier));
+    for (int32_t l = 0; l <= last; ++l)
+      EXPECT_EQ(0, std::memcmp(h.o[size_t(l)].data(), ref.o[size_t(l)].data(), h.o[size_t(l)].size() * sizeof(float)))
+          << "layer " << l;
+  }
+}
+
+// The same hook at capture: the capture is refused, no graph is kept, nothing changed.
+TEST(GraphRunner, BadHookInputsRefuseTheCapture) {
+  RunnerConfig rc;
+  rc.buckets = {2, 4};
+  Harness h(coverage_config(Mode::fused_accept), rc, fresh_seed());
+  h.bad_layer = h.verifier.config().model.layers - 1;
+  const StorageSnapshot before = snapshot(h.verifier);
+  EXPECT_THROW(h.runner->capture(kCpu), InvalidArgument);
+  EXPECT_FALSE(h.runner->captured());
+  EXPECT_TRUE(snapshot(h.verifier) == before);
+  h.bad_layer = -1;
+  h.runner->capture(kCpu);
+  EXPECT_TRUE(h.runner->captured());
 }
 
 TEST(GraphRunner, GraphUsedAfterItsRunnerIsDestroyedIsAnError) {
