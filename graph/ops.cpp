@@ -185,7 +185,7 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
   p.scratch_steps = storage.scratch_steps;
   p.tokens = spec.tokens;
   p.rows = batch.rows;
-  p.replay = mode_policy(spec.mode).token_cache;
+  p.policy = mode_policy(spec.mode);
   p.cache_parity = storage.cache_parity;
   p.errors = storage.errors;
   p.out = idx;

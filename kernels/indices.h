@@ -26,10 +26,11 @@ struct IndexBuildParams {
   int32_t scratch_steps = 0;            // S
   int32_t tokens = 0;                   // T
   int32_t rows = 0;                     // N
-  // Replay mode: seeds are the pool, the accepted prefix (at most T tokens) is replayed from the token
-  // cache row of the slot's parity, and the round's tokens go to the other one.
-  bool replay = false;
-  const int32_t* cache_parity = nullptr;  // [P], replay only
+  // What the mode's rows address (SPEC §3): seeds in scratch (fused accept), per-token write rows
+  // (fused accept, two-phase), or, in replay, seeds in the pool with the accepted prefix (at most T
+  // tokens) replayed from the token cache row of the slot's parity and the round's tokens to the other.
+  ModePolicy policy = mode_policy(Mode::fused_accept);
+  const int32_t* cache_parity = nullptr;  // [P], with the token cache only
   DeviceErrorWord* errors = nullptr;
   RoundIndices out;  // replay_from and cache_to are written when present
 };
@@ -47,7 +48,7 @@ KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n) {
   const int32_t slot = n < n_real ? checked_slot(p.slots, n, p.pool_slots, p.errors, true) : -1;
   // Padded rows gather too, from slot 0: always in range, so the gather needs no branch.
   int32_t accept = p.accept_len[slot >= 0 ? slot : 0];
-  const int32_t max_accept = p.replay ? p.tokens : p.scratch_steps;
+  const int32_t max_accept = p.policy.token_cache ? p.tokens : p.scratch_steps;
   if (slot >= 0 && (accept < 0 || accept > max_accept)) {
     record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, accept);
     accept = accept < 0 ? 0 : max_accept;
@@ -61,15 +62,15 @@ struct BuildIndices {
 
   KDA_HD void operator()(int32_t n) const {
     const RowSeed r = resolve_row(p, n);
-    const bool real = r.slot >= 0, from_scratch = real && !p.replay && r.accept > 0;
+    const bool real = r.slot >= 0, from_scratch = real && p.policy.seed_from_scratch && r.accept > 0;
     p.out.row_slot[n] = r.slot;
     p.out.seed_accept[n] = r.accept;
     p.out.seed_pool[n] = real && !from_scratch ? r.slot : -1;
     p.out.seed_scratch[n] = from_scratch ? seed_scratch_row(r.slot, r.accept, p.scratch_steps) : -1;
     int32_t* write_row = p.out.write_row + int64_t(n) * p.tokens;
     for (int32_t t = 0; t < p.tokens; ++t)
-      write_row[t] = real && !p.replay ? scratch_row(r.slot, t, p.scratch_steps) : -1;
-    const bool cached = real && p.replay;
+      write_row[t] = real && p.policy.per_token_scratch ? scratch_row(r.slot, t, p.scratch_steps) : -1;
+    const bool cached = real && p.policy.token_cache;
     const int32_t parity = cached ? p.cache_parity[r.slot] & 1 : 0;
     if (p.out.replay_from != nullptr)
       p.out.replay_from[n] = cached && r.accept > 0 ? cache_row(r.slot, parity) : -1;

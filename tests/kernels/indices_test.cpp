@@ -49,7 +49,8 @@ struct Built {
   DeviceErrorWord errors;
 };
 
-Built build(const IndexCase& c, const std::vector<int32_t>& accept_len, const int32_t* accept_ptr = nullptr) {
+Built build(const IndexCase& c, const std::vector<int32_t>& accept_len, const int32_t* accept_ptr = nullptr,
+            Mode mode = Mode::fused_accept) {
   const int32_t N = int32_t(c.slots.size());
   Built b;
   b.row_slot.assign(size_t(N), 77);
@@ -66,6 +67,9 @@ Built build(const IndexCase& c, const std::vector<int32_t>& accept_len, const in
   p.tokens = c.T;
   p.rows = N;
   p.errors = &b.errors;
+  p.policy = mode_policy(mode);
+  const std::vector<int32_t> parity(size_t(c.P), 0);
+  p.cache_parity = parity.data();
   p.out = arrays(N, c.T, b.row_slot, b.seed_pool, b.seed_scratch, b.seed_accept, b.write_row);
   build_indices_cpu(p);
   return b;
@@ -100,6 +104,28 @@ TEST(Indices, RealRowsAddressExactlyTheirOwnScratchRows) {
       EXPECT_EQ(b.seed_scratch[size_t(n)], a == 0 ? -1 : slot * c.S + a - 1);
     }
     EXPECT_EQ(b.errors.count, 0u);
+  }
+}
+
+// The mode's policy says what rows address: two-phase seeds from the pool whatever accept_len holds
+// and writes per-token rows; replay seeds from the pool and writes no scratch row at all.
+TEST(Indices, TheModeDecidesWhereSeedsAndPostStatesGo) {
+  std::mt19937_64 rng(fresh_seed());
+  for (Mode mode : {Mode::two_phase, Mode::replay}) {
+    for (const IndexCase& c : cases()) {
+      SCOPED_TRACE(std::string(to_string(mode)) + " " + c.name);
+      const auto accept = random_accepts(c.P, c.T, rng);
+      const Built b = build(c, accept, nullptr, mode);
+      for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
+        if (!is_real(c, n)) continue;
+        const int32_t slot = c.slots[size_t(n)];
+        EXPECT_EQ(b.seed_pool[size_t(n)], slot);
+        EXPECT_EQ(b.seed_scratch[size_t(n)], -1);
+        EXPECT_EQ(b.seed_accept[size_t(n)], accept[size_t(slot)]);
+        for (int32_t t = 0; t < c.T; ++t)
+          EXPECT_EQ(b.write_row[size_t(n) * c.T + t], mode == Mode::replay ? -1 : slot * c.S + t);
+      }
+    }
   }
 }
 
