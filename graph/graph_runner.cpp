@@ -147,9 +147,10 @@ void GraphRunner::capture(const Stream& s) {
     BucketCaptureStats st;
     st.bucket = bucket;
     const auto t0 = std::chrono::steady_clock::now();
+    // Measured before the capture begins: no query that is not stream work runs while it is open.
+    const int64_t free_before = detail::free_device_bytes(s.backend);
     detail::CaptureGuard capture(s, where);
     enqueue_body(s, bucket, sampler_in_round());
-    const int64_t free_before = detail::free_device_bytes(s.backend);
     {
       nvtx::Scoped inst(nvtx::Range::instantiate, bucket);
       detail::Graph graph = capture.end();
