@@ -14,8 +14,9 @@ Arrays are anything with ``__dlpack__`` (numpy, torch, cupy) and numpy arrays of
 they are used in place, never copied: float32 or bfloat16 inputs and states, int32 indices, C-contiguous,
 CPU arrays on the CPU backend and CUDA arrays on the CUDA backend. A bad argument raises
 ``kdagraph.InvalidArgument`` (a ``ValueError`` whose ``argument`` names it); a CUDA failure raises
-``RuntimeError``. ``stream`` is an integer handle (or a ``torch.cuda.Stream``); by default torch's current
-stream for torch CUDA tensors, else stream 0.
+``RuntimeError``. ``stream`` is an integer handle (or a ``torch.cuda.Stream``); by default the current
+stream of the arrays' framework when it is imported (torch's for torch tensors, cupy's
+``cupy.cuda.get_current_stream()`` for cupy arrays), else stream 0.
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ Backend backend_from(const std::string& name);
 VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, float lower_bound, bool beta_is_logit);
 
 // The stream to enqueue on: `stream` (an integer handle, or an object with .cuda_stream such as a
-// torch.cuda.Stream) when given; otherwise, on CUDA, torch's current stream when torch is imported and
-// `reference` is a torch tensor (or None), else the legacy default stream 0. Ignored on the CPU.
+// torch.cuda.Stream) when given; otherwise, on CUDA, the current stream of the framework `reference`
+// belongs to when that framework is imported (torch's for a torch tensor, cupy's for a cupy array), or
+// with no reference torch's, else cupy's, current stream; else the legacy default stream 0. kdagraph
+// imports neither framework itself. Ignored on the CPU.
 Stream resolve_stream(Backend backend, nb::handle stream, nb::handle reference = nb::none());
 
 // The module's device error word for `backend` (host-mapped on CUDA, allocated on first use).

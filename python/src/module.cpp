@@ -69,16 +69,27 @@ Stream resolve_stream(Backend backend, nb::handle stream, nb::handle reference) 
     if (!nb::try_cast(h, handle)) throw InvalidArgument("stream", "stream must be an integer handle or a torch.cuda.Stream");
     return stream_for(backend, handle);
   }
-  nb::object modules = nb::module_::import_("sys").attr("modules");
-  if (modules.attr("__contains__")("torch")) {
-    nb::object torch = modules["torch"];
-    nb::object device = nb::none();
-    if (!reference.is_none()) {
-      if (!nb::cast<bool>(torch.attr("is_tensor")(reference))) return stream_for(backend, 0);
-      device = reference.attr("device");
-    }
-    nb::object current = torch.attr("cuda").attr("current_stream")(device);
+  // Only frameworks the caller imported: sys.modules.get, never an import (nor a KeyError without them).
+  const nb::object modules = nb::module_::import_("sys").attr("modules");
+  const nb::object torch = modules.attr("get")("torch"), cupy = modules.attr("get")("cupy");
+  auto torch_current = [&](nb::handle device) {
+    const nb::object current = torch.attr("cuda").attr("current_stream")(device);
     return stream_for(backend, nb::cast<uintptr_t>(current.attr("cuda_stream")));
+  };
+  auto cupy_current = [&]() {
+    const nb::object current = cupy.attr("cuda").attr("get_current_stream")();
+    return stream_for(backend, nb::cast<uintptr_t>(current.attr("ptr")));
+  };
+  if (reference.is_none()) {
+    if (!torch.is_none()) return torch_current(nb::none());
+    if (!cupy.is_none()) return cupy_current();
+    return stream_for(backend, 0);
+  }
+  if (!torch.is_none() && nb::cast<bool>(torch.attr("is_tensor")(reference))) return torch_current(reference.attr("device"));
+  if (!cupy.is_none()) {
+    const int is_cupy = PyObject_IsInstance(reference.ptr(), cupy.attr("ndarray").ptr());
+    if (is_cupy < 0) throw nb::python_error();
+    if (is_cupy) return cupy_current();
   }
   return stream_for(backend, 0);
 }
@@ -161,6 +172,11 @@ NB_MODULE(_kdagraph, m) {
   m.def(
       "clear_device_errors", [](const std::string& backend) { clear_device_errors(error_word(backend_from(backend)).host); },
       nb::arg("backend") = "cpu");
+  m.def(
+      "_default_stream",
+      [](nb::handle reference) { return reinterpret_cast<uintptr_t>(resolve_stream(Backend::cuda, nb::none(), reference).stream); },
+      nb::arg("reference").none() = nb::none(),
+      "The CUDA stream handle a call with stream=None enqueues on for an array like `reference` (tests).");
 
   bind_ops(m);
   bind_classes(m);
