@@ -17,6 +17,12 @@ CPU arrays on the CPU backend and CUDA arrays on the CUDA backend. A bad argumen
 ``RuntimeError``. ``stream`` is an integer handle (or a ``torch.cuda.Stream``); by default the current
 stream of the arrays' framework when it is imported (torch's for torch tensors, cupy's
 ``cupy.cuda.get_current_stream()`` for cupy arrays), else stream 0.
+
+The drop-ins and the ops record what only the device sees in one device error word per backend
+(``device_errors``). On CUDA it is host-mapped memory that the first call needing it allocates; that call
+must not be inside a stream capture (allocating there is not capture-safe): a first call on a capturing
+stream is refused with ``InvalidArgument`` naming ``stream``. Make one call outside the capture first (a
+warm-up, or ``device_errors("cuda")``), then capture.
 """
 
 from __future__ import annotations

@@ -30,8 +30,10 @@ VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, fl
 // imports neither framework itself. Ignored on the CPU.
 Stream resolve_stream(Backend backend, nb::handle stream, nb::handle reference = nb::none());
 
-// The module's device error word for `backend` (host-mapped on CUDA, allocated on first use).
-DeviceErrorWord* module_errors(Backend backend);
+// The module's device error word for the backend of `s` (host-mapped on CUDA). On CUDA it is allocated
+// by the first call that needs it, which must not be inside a stream capture (allocating there is not
+// capture-safe): a first call on a capturing `s` is refused, InvalidArgument naming "stream".
+DeviceErrorWord* module_errors(const Stream& s);
 
 void bind_ops(nb::module_& m);
 void bind_classes(nb::module_& m);

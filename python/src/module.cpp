@@ -5,6 +5,10 @@
 
 #include <memory>
 
+#if defined(KDAGRAPH_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
 #include "kernels/memory.h"
 #include "python/src/binding.h"
 
@@ -96,19 +100,38 @@ Stream resolve_stream(Backend backend, nb::handle stream, nb::handle reference) 
 
 namespace {
 
-// One word per backend, for the module's lifetime: host-mapped pinned memory on CUDA, made on first use.
+// A first allocation of the CUDA word on `s` is refused while `s` captures a graph, or would join one (the
+// legacy default stream while another stream captures): cudaHostAlloc is not capture-safe.
+void refuse_allocation_in_capture(const Stream& s) {
+#if defined(KDAGRAPH_WITH_CUDA)
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t e = cudaStreamIsCapturing(s.stream, &status);
+  if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky; any other failure is the allocation's to report
+  if (e == cudaErrorStreamCaptureImplicit || (e == cudaSuccess && status != cudaStreamCaptureStatusNone))
+    throw InvalidArgument("stream",
+                          "stream is capturing a CUDA graph, and kdagraph's device error word is not allocated yet: "
+                          "allocating it inside a capture is not capture-safe. Make a first kdagraph call on CUDA "
+                          "outside the capture (or call kdagraph.device_errors('cuda') once), then capture");
+#else
+  (void)s;
+#endif
+}
+
+// One word per backend, for the module's lifetime: host-mapped pinned memory on CUDA, made on first use
+// (`s`: the stream of the call that needs it, checked not to be capturing; null for host reads).
 struct ErrorWord {
   DeviceErrorWord* device = nullptr;
   DeviceErrorWord* host = nullptr;
 };
 
-ErrorWord& error_word(Backend backend) {
+ErrorWord& error_word(Backend backend, const Stream* s = nullptr) {
   static DeviceErrorWord cpu_word;
   static ErrorWord cpu{&cpu_word, &cpu_word};
   static std::unique_ptr<detail::MappedHostBuffer> mapped;
   static ErrorWord cuda;
   if (backend == Backend::cpu) return cpu;
   if (!mapped) {
+    if (s != nullptr) refuse_allocation_in_capture(*s);
     mapped = std::make_unique<detail::MappedHostBuffer>(Backend::cuda, sizeof(DeviceErrorWord));
     cuda = ErrorWord{static_cast<DeviceErrorWord*>(mapped->device()), static_cast<DeviceErrorWord*>(mapped->host())};
     clear_device_errors(cuda.host);
@@ -127,7 +150,7 @@ nb::dict errors_dict(const DeviceErrorWord& w) {
 
 }  // namespace
 
-DeviceErrorWord* module_errors(Backend backend) { return error_word(backend).device; }
+DeviceErrorWord* module_errors(const Stream& s) { return error_word(s.backend, &s).device; }
 
 }  // namespace kdagraph::python
 
@@ -168,7 +191,9 @@ NB_MODULE(_kdagraph, m) {
       "device_errors",
       [](const std::string& backend) { return errors_dict(read_device_errors(error_word(backend_from(backend)).host)); },
       nb::arg("backend") = "cpu",
-      "What the device clamped in the drop-in functions' calls (SPEC §6): code, row, value, count.");
+      "What the device clamped in the drop-in functions' and the ops' calls (SPEC §6): code, row, value, count. "
+      "On CUDA the word is host-mapped memory that the first call needing it allocates (this one too); a first "
+      "call inside a stream capture is refused, InvalidArgument naming 'stream'.");
   m.def(
       "clear_device_errors", [](const std::string& backend) { clear_device_errors(error_word(backend_from(backend)).host); },
       nb::arg("backend") = "cpu");

@@ -125,7 +125,7 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   in.dt_bias = gate_mode != GateMode::precomputed ? dt_bias.as<const float>() : nullptr;
   const Stream s = resolve_stream(q.backend, stream, q_);
   const StateView seeds_view = seeds.data != nullptr ? one_layer(seeds) : one_layer(states);
-  DeviceErrorWord* errors = module_errors(q.backend);
+  DeviceErrorWord* errors = module_errors(s);
   nb::gil_scoped_release release;
   ops::verify_indexed(s, spec, seeds_view, one_layer(states), idx, int32_t(B), 0, in, errors);
 }
@@ -151,7 +151,7 @@ void build_slot_indices(nb::handle slots_, nb::handle pool_, int64_t scratch_ste
   require_in_range("build_fused_accept_indices", "scratch_steps", scratch_steps, 1, 1 << 16);
   require_in_range("build_fused_accept_indices", "draft_token_num", tokens, 1, scratch_steps);
   const Stream s = resolve_stream(slots.backend, stream, slots_);
-  DeviceErrorWord* errors = module_errors(slots.backend);
+  DeviceErrorWord* errors = module_errors(s);
   nb::gil_scoped_release release;
   ops::build_slot_indices(s, slots.as<const int32_t>(), int32_t(N), pool.as<const int32_t>(), int32_t(pool.dim(0)),
                           int32_t(scratch_steps), int32_t(tokens), write_row.as<int32_t>(), accepted.as<int32_t>(), errors);
@@ -243,7 +243,9 @@ struct PyStorage {
     storage.scratch_steps = scratch_steps;
     storage.pool = pool.view;
     storage.accept_len = accept_len.as<int32_t>();
-    storage.errors = module_errors(backend);
+    // The error word is allocated on the pool's default stream if this is the module's first CUDA use.
+    const bool listed = nb::isinstance<nb::list>(pool_) || nb::isinstance<nb::tuple>(pool_);
+    storage.errors = module_errors(resolve_stream(backend, nb::none(), listed ? pool_[0] : pool_));
     const ModePolicy policy = mode_policy(spec.mode);
     if (policy.per_token_scratch) {
       if (scratch_.is_none()) throw InvalidArgument("scratch", std::string("scratch is None: mode ") + to_string(spec.mode) + " keeps per-token states");

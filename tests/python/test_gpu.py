@@ -83,3 +83,43 @@ def test_the_cuda_host_engine_matches_the_cpu_one(rng):
         assert rel_error(a, b) <= 1e-5, f"round {r}"
     for (_, _, a), (_, _, b) in zip(gpu_states, cpu_states):
         assert rel_error(a, b) <= 1e-5
+
+
+CAPTURE_SCRIPT = r"""
+import torch, kdagraph
+slots = torch.tensor([1, 0], dtype=torch.int32, device="cuda")
+pool = torch.ones(4, dtype=torch.int32, device="cuda")
+stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+kw = dict(slots=slots, scratch_steps=4, draft_token_num=3, accept_lens_pool=pool)
+with torch.cuda.graph(graph, stream=stream):
+    try:  # the first kdagraph call of this process, inside a capture: refused, the capture unharmed
+        kdagraph.build_fused_accept_indices(**kw)
+        print("first-in-capture: accepted")
+    except kdagraph.InvalidArgument as e:
+        print("first-in-capture:", e.argument)
+rows, _ = kdagraph.build_fused_accept_indices(**kw)  # outside: allocates the word
+torch.cuda.synchronize()
+print("outside:", rows.tolist())
+graph2 = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph2, stream=stream):
+    rows2, _ = kdagraph.build_fused_accept_indices(**kw)  # the word exists: capturable
+graph2.replay()
+torch.cuda.synchronize()
+print("captured:", rows2.tolist())
+"""
+
+
+def test_the_first_call_inside_a_capture_is_refused_naming_the_stream():
+    """The drop-ins' device error word is allocated by the first call outside a capture; a first call inside
+    one is refused (InvalidArgument naming "stream") and leaves the capture valid. A fresh process, so no
+    earlier test has allocated the word."""
+    gpu_or_skip()
+    torch_or_skip()
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", CAPTURE_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert "first-in-capture: stream" in lines, run.stdout
+    assert "outside: [[4, 5, 6], [0, 1, 2]]" in lines and "captured: [[4, 5, 6], [0, 1, 2]]" in lines, run.stdout
