@@ -1,5 +1,6 @@
 // The pieces every part of the extension shares: names of dtypes, modes and gates as the command line
-// spells them, the stream a call enqueues on, and the device error word the drop-in functions record in.
+// spells them, the gate parameters' checks, the stream a call enqueues on, and the device error word the
+// drop-in functions record in.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -22,6 +23,14 @@ Backend backend_from(const std::string& name);
 
 // SPEC §1 options as the Python functions take them; scale None means 1 / sqrt(K).
 VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, float lower_bound, bool beta_is_logit);
+
+// One layer's gate parameters (SPEC §1 gate in kernel), checked: A_log [HV] and dt_bias [HV * K] or
+// [HV, K], float32, where `reference` is. The names are the caller's arguments.
+struct GateArrays {
+  Array A_log, dt_bias;
+};
+GateArrays take_gate(nb::handle A_log, nb::handle dt_bias, const std::string& A_log_name,
+                     const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference);
 
 // The stream to enqueue on: `stream` (an integer handle, or an object with .cuda_stream such as a
 // torch.cuda.Stream) when given; otherwise, on CUDA, the current stream of the framework `reference`

@@ -64,6 +64,7 @@ struct PyVerifier {
 // One layer's inputs, kept alive with the graphs that point at them.
 struct LayerArrays {
   std::vector<Array> arrays;
+  GateArrays gates;
   LayerInputs inputs;
 };
 
@@ -75,8 +76,9 @@ LayerArrays layer_arrays(const VerifierConfig& c, nb::handle layer, size_t l) {
   const int64_t N = c.max_rows, T = c.tokens, H = c.model.heads, HV = c.model.value_heads, K = c.model.head_k,
                 V = c.model.head_v;
   LayerArrays out;
+  auto key_name = [&](const char* key) { return at + "['" + key + "']"; };
   auto get = [&](const char* key, std::initializer_list<int64_t> shape, Elem elem) -> void* {
-    const std::string name = at + "['" + key + "']";
+    const std::string name = key_name(key);
     if (!d.contains(key)) throw InvalidArgument(name, name + " is missing");
     Array a = take(d[key], name.c_str());
     require_elem(a, {elem});
@@ -93,8 +95,11 @@ LayerArrays layer_arrays(const VerifierConfig& c, nb::handle layer, size_t l) {
   out.inputs.beta = get("beta", {N, T, HV}, io);
   out.inputs.o = get("o", {N, T, HV, V}, io);
   if (c.options.gate != GateMode::precomputed) {
-    out.inputs.A_log = static_cast<const float*>(get("A_log", {HV}, Elem::f32));
-    out.inputs.dt_bias = static_cast<const float*>(get("dt_bias", {HV * K}, Elem::f32));
+    for (const char* key : {"A_log", "dt_bias"})
+      if (!d.contains(key)) throw InvalidArgument(key_name(key), key_name(key) + " is missing: the gate is in the kernel");
+    out.gates = take_gate(d["A_log"], d["dt_bias"], key_name("A_log"), key_name("dt_bias"), HV, K, out.arrays[0]);
+    out.inputs.A_log = out.gates.A_log.as<const float>();
+    out.inputs.dt_bias = out.gates.dt_bias.as<const float>();
   }
   return out;
 }

@@ -4,6 +4,8 @@
 #include <nanobind/stl/string.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #if defined(KDAGRAPH_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -58,6 +60,25 @@ VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, fl
   o.gate_lower_bound = lower_bound;
   o.beta_is_logit = beta_is_logit;
   return o;
+}
+
+GateArrays take_gate(nb::handle A_log_, nb::handle dt_bias_, const std::string& A_log_name,
+                     const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference) {
+  GateArrays g{take_optional(A_log_, A_log_name.c_str()), take_optional(dt_bias_, dt_bias_name.c_str())};
+  for (const Array* a : {&g.A_log, &g.dt_bias}) {
+    if (a->data == nullptr) throw InvalidArgument(a->name, a->name + " is None: the gate in the kernel needs it");
+    require_elem(*a, {Elem::f32});
+    require_same_place(*a, reference);
+  }
+  require_shape(g.A_log, {value_heads});
+  const std::vector<int64_t>& d = g.dt_bias.shape;
+  const bool flat = d.size() == 1 && d[0] == value_heads * head_k;
+  const bool per_head = d.size() == 2 && d[0] == value_heads && d[1] == head_k;
+  if (!flat && !per_head)
+    throw InvalidArgument(g.dt_bias.name, g.dt_bias.name + " has shape " + g.dt_bias.shape_string() + "; expected [HV * K] = [" +
+                                              std::to_string(value_heads * head_k) + "] or [HV, K] = [" +
+                                              std::to_string(value_heads) + ", " + std::to_string(head_k) + "]");
+  return g;
 }
 
 Stream resolve_stream(Backend backend, nb::handle stream, nb::handle reference) {

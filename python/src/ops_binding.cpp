@@ -88,21 +88,9 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   const Array seed_token = index(seed_token_, "seed_token", {B});
   const Array write_row = index(write_row_, "write_row", {B, T});
   const GateMode gate_mode = gate_from(gate);
-  const Array A_log = take_optional(A_log_, name_of(names, "A_log").c_str());
-  const Array dt_bias = take_optional(dt_bias_, name_of(names, "dt_bias").c_str());
-  if (gate_mode != GateMode::precomputed) {
-    if (A_log.data == nullptr) throw InvalidArgument(A_log.name, A_log.name + " is None: the gate in the kernel needs it");
-    if (dt_bias.data == nullptr) throw InvalidArgument(dt_bias.name, dt_bias.name + " is None: the gate in the kernel needs it");
-    require_elem(A_log, {Elem::f32});
-    require_elem(dt_bias, {Elem::f32});
-    require_same_place(A_log, q);
-    require_same_place(dt_bias, q);
-    if (A_log.size() != HV)
-      throw InvalidArgument(A_log.name, A_log.name + " has shape " + A_log.shape_string() + "; expected [" + std::to_string(HV) + "]");
-    if (dt_bias.size() != HV * K)
-      throw InvalidArgument(dt_bias.name, dt_bias.name + " has shape " + dt_bias.shape_string() + "; expected [" +
-                                              std::to_string(HV) + " * " + std::to_string(K) + "]");
-  }
+  GateArrays gates;
+  if (gate_mode != GateMode::precomputed)
+    gates = take_gate(A_log_, dt_bias_, name_of(names, "A_log"), name_of(names, "dt_bias"), HV, K, q);
   if (write_row.data == nullptr) throw InvalidArgument(write_row.name, write_row.name + " is None");
 
   RoundSpec spec;
@@ -121,8 +109,8 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   in.g = g.data;
   in.beta = beta.data;
   in.o = o.data;
-  in.A_log = gate_mode != GateMode::precomputed ? A_log.as<const float>() : nullptr;
-  in.dt_bias = gate_mode != GateMode::precomputed ? dt_bias.as<const float>() : nullptr;
+  in.A_log = gates.A_log.as<const float>();
+  in.dt_bias = gates.dt_bias.as<const float>();
   const Stream s = resolve_stream(q.backend, stream, q_);
   const StateView seeds_view = seeds.data != nullptr ? one_layer(seeds) : one_layer(states);
   DeviceErrorWord* errors = module_errors(s);
@@ -403,15 +391,19 @@ void bind_ops(nb::module_& m) {
         const Array beta = input(beta_, "beta", {q.dim(0), T, md.value_heads});
         const Array o = input(o_, "o", {q.dim(0), T, md.value_heads, md.head_v});
         if (q.dim(0) < rows) throw InvalidArgument("q", "q holds " + std::to_string(q.dim(0)) + " rows; the round has " + std::to_string(rows));
-        const Array A_log = take_optional(A_log_, "A_log"), dt_bias = take_optional(dt_bias_, "dt_bias");
-        LayerInputs in{q.data, k.data, v.data, g.data, beta.data, o.data, A_log.as<const float>(), dt_bias.as<const float>()};
+        GateArrays gates;
+        if (spec.spec.options.gate != GateMode::precomputed)
+          gates = take_gate(A_log_, dt_bias_, "A_log", "dt_bias", md.value_heads, md.head_k, q);
+        LayerInputs in{q.data, k.data, v.data, g.data, beta.data, o.data, gates.A_log.as<const float>(),
+                       gates.dt_bias.as<const float>()};
         const Stream s = resolve_stream(st.backend, stream, q_);
         nb::gil_scoped_release release;
         ops::verify_layer(s, spec.spec, st.storage, idx.idx, rows, layer, in);
       },
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "layer"_a, "q"_a, "k"_a, "v"_a, "g"_a, "beta"_a, "o"_a,
       "A_log"_a.none() = nb::none(), "dt_bias"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
-      "SPEC §1, §3: layer `layer`'s verify of `rows` rows with the indices of the last build_indices.");
+      "SPEC §1, §3: layer `layer`'s verify of `rows` rows with the indices of the last build_indices. With the gate "
+      "in the kernel, A_log [HV] and dt_bias [HV * K] or [HV, K] (float32) are required; otherwise unused.");
   m.def(
       "accept",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle accepted_, nb::handle stream) {
@@ -440,14 +432,21 @@ void bind_ops(nb::module_& m) {
         require_elem(slots, {Elem::i32});
         require_shape(slots, {-1});
         require_same_place(slots, st.pool.arrays[0]);
-        std::vector<Array> keep;
+        std::vector<GateArrays> keep;
         std::vector<GateParams> gates;
         if (!gates_.is_none()) {
-          for (nb::handle pair : nb::borrow<nb::sequence>(gates_)) {
-            const std::string l = std::to_string(gates.size());
-            keep.push_back(take(pair[0], ("gates[" + l + "].A_log").c_str()));
-            keep.push_back(take(pair[1], ("gates[" + l + "].dt_bias").c_str()));
-            gates.push_back(GateParams{keep[keep.size() - 2].as<const float>(), keep.back().as<const float>()});
+          const ModelShape& md = spec.spec.model;
+          if (!nb::isinstance<nb::sequence>(gates_) || int64_t(nb::len(gates_)) != md.layers)
+            throw InvalidArgument("gates", "gates must list one (A_log, dt_bias) pair per layer (" + std::to_string(md.layers) +
+                                               "), got " + (nb::isinstance<nb::sequence>(gates_) ? std::to_string(nb::len(gates_)) : std::string("no list")));
+          const nb::sequence list = nb::borrow<nb::sequence>(gates_);
+          for (size_t l = 0; l < nb::len(list); ++l) {
+            const std::string at = "gates[" + std::to_string(l) + "]";
+            const nb::object pair = list[l];
+            if (!nb::isinstance<nb::sequence>(pair) || nb::len(pair) != 2)
+              throw InvalidArgument(at, at + " must be a pair (A_log, dt_bias)");
+            keep.push_back(take_gate(pair[0], pair[1], at + ".A_log", at + ".dt_bias", md.value_heads, md.head_k, st.pool.arrays[0]));
+            gates.push_back(GateParams{keep.back().A_log.as<const float>(), keep.back().dt_bias.as<const float>()});
           }
         }
         const Stream s = resolve_stream(st.backend, stream, slots_);

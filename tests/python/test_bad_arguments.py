@@ -54,6 +54,10 @@ BAD = [
     ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log[:2].copy(), dt_bias=c.dt_bias)),
     ("dt_bias", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log)),
     ("dt_bias", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log, dt_bias=c.dt_bias.astype(np.float64))),
+    ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log.reshape(1, c.HV), dt_bias=c.dt_bias)),
+    ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log.astype(ml_dtypes.bfloat16), dt_bias=c.dt_bias)),
+    ("dt_bias", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log, dt_bias=c.dt_bias.reshape(c.K, c.HV))),
+    ("dt_bias", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log, dt_bias=c.dt_bias.reshape(1, c.HV * c.K))),
     ("scale", lambda c, a, kw: kw.update(scale=0.0)),
     ("initial_state_indices", lambda c, a, kw: kw.update(initial_state_source=c.pool.copy())),
     ("initial_state_source", lambda c, a, kw: kw.update(initial_state_indices=np.zeros(c.B, np.int32))),
@@ -110,3 +114,15 @@ def test_library_errors_that_are_not_the_callers_become_runtime_errors():
     with pytest.raises(RuntimeError, match="kdagraph") as e:
         kdagraph.device_errors("cuda")  # host-mapped CUDA memory: there is no CUDA here to give it
     assert not isinstance(e.value, ValueError)
+
+
+def test_dt_bias_per_head_is_the_flat_one(rng):
+    """dt_bias [HV, K] (vLLM's) is taken like [HV * K], bit for bit."""
+    c = Case(rng, gate="softplus")
+    outs = []
+    for dt_bias in (c.dt_bias, c.dt_bias.reshape(c.HV, c.K)):
+        pool = c.pool.copy()
+        o, _ = kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, A_log=c.A_log, dt_bias=dt_bias, initial_state=pool,
+                                      use_gate_in_kernel=True, ssm_state_indices=c.indices, num_accepted_tokens=c.accepted)
+        outs.append((o, pool))
+    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])

@@ -108,3 +108,53 @@ def test_storage_refuses_bad_arrays_by_name():
             spec, kdagraph.SlotStorage(spec, **{**good, "scratch_steps": T - 1}), indices,
             slots=np.zeros(N, np.int32), n_real=np.array([N], np.int32), rows=N)
     assert e.value.argument == "storage.scratch_steps"
+
+
+def test_the_gate_parameters_of_the_ops_are_checked():
+    """verify_layer's A_log and dt_bias, and materialize's per-layer gates (one pair per layer: a shorter list
+    was read past its end), are checked like recurrent_kda's."""
+    spec = kdagraph.RoundSpec(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T, mode="replay",
+                              gate="softplus")
+    storage = kdagraph.SlotStorage(spec, pool=np.zeros((L, P, HV, V, K), np.float32), accept_len=np.zeros(P, np.int32),
+                                   scratch_steps=S, token_cache=np.zeros((L, 2 * P, spec.token_cache_row_stride), np.float32),
+                                   cache_parity=np.zeros(P, np.int32))
+    indices = kdagraph.RoundIndices(np.zeros(kdagraph.round_index_elems(N, T), np.int32), N, T)
+    kdagraph.build_indices(spec, storage, indices, slots=np.arange(N, dtype=np.int32), n_real=np.array([N], np.int32), rows=N)
+    z = lambda *shape: np.zeros(shape, np.float32)
+    layer = dict(q=z(N, T, H, K), k=z(N, T, H, K), v=z(N, T, HV, V), g=z(N, T, HV, K), beta=z(N, T, HV), o=z(N, T, HV, V))
+    good = dict(A_log=z(HV), dt_bias=z(HV, K))
+    kdagraph.verify_layer(spec, storage, indices, rows=N, layer=0, **layer, **good)
+    for argument, bad in [("A_log", dict(A_log=None)), ("A_log", dict(A_log=np.zeros(HV, np.float64))),
+                          ("A_log", dict(A_log=z(HV + 1))), ("dt_bias", dict(dt_bias=z(K, HV + 1))),
+                          ("dt_bias", dict(dt_bias=None))]:
+        with pytest.raises(kdagraph.InvalidArgument) as e:
+            kdagraph.verify_layer(spec, storage, indices, rows=N, layer=0, **layer, **{**good, **bad})
+        assert e.value.argument == argument, str(e.value)
+    slots = np.arange(N, dtype=np.int32)
+    pair = (z(HV), z(HV * K))
+    for argument, gates in [("gates", [pair]), ("gates", [pair] * (L + 1)), ("gates[1]", [pair, (z(HV),)]),
+                            ("gates[0].A_log", [(z(HV).astype(np.float64), z(HV * K)), pair]),
+                            ("gates[1].dt_bias", [pair, (z(HV), z(HV * K - 1))])]:
+        with pytest.raises(kdagraph.InvalidArgument) as e:
+            kdagraph.materialize(spec, storage, slots=slots, gates=gates)
+        assert e.value.argument == argument, str(e.value)
+    kdagraph.materialize(spec, storage, slots=slots, gates=[pair] * L)
+
+
+def test_the_runner_checks_each_layers_gate_parameters():
+    v = kdagraph.Verifier(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, slots=P, scratch_steps=S, max_rows=N,
+                          tokens=T, gate="softplus")
+    z = lambda *shape: np.zeros(shape, np.float32)
+    layer = lambda: dict(q=z(N, T, H, K), k=z(N, T, H, K), v=z(N, T, HV, V), g=z(N, T, HV, K), beta=z(N, T, HV),
+                         o=z(N, T, HV, V), A_log=z(HV), dt_bias=z(HV, K))
+    kdagraph.GraphRunner(v, [layer() for _ in range(L)])
+    for argument, key, bad in [("inputs[1]['A_log']", "A_log", z(1, HV)), ("inputs[1]['dt_bias']", "dt_bias", z(K, HV)),
+                               ("inputs[1]['A_log']", "A_log", None)]:
+        inputs = [layer() for _ in range(L)]
+        if bad is None:
+            del inputs[1][key]
+        else:
+            inputs[1][key] = bad
+        with pytest.raises(kdagraph.InvalidArgument) as e:
+            kdagraph.GraphRunner(v, inputs)
+        assert e.value.argument == argument, str(e.value)
