@@ -6,7 +6,8 @@ switch by changing an import:
 - ``build_fused_accept_indices`` (SGLang's keyword signature);
 - ``recurrent_kda`` (FlashInfer's signature, spec-decode semantics).
 
-Beside them: the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``,
+Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-accept offset window, SPEC
+§9), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``,
 ``RoundIndices``, ``build_indices``, ``verify_layer``, ``accept``, ``commit``, ``materialize``) and the
 owning classes ``Verifier`` and ``GraphRunner``.
 
@@ -72,6 +73,7 @@ __all__ = [
     "recurrent_kda",
     "round_index_elems",
     "round_index_offsets",
+    "short_conv",
     "verify_layer",
 ]
 
@@ -108,6 +110,13 @@ def _host_view(x: Array):
     if type(x).__module__.split(".")[0] == "torch":
         return x.numpy()
     return np.from_dlpack(x)
+
+
+def _int32(x: Array) -> Array:
+    """int64 indices as int32 (engines often keep slots as int64; the few bytes are converted)."""
+    if str(getattr(x, "dtype", "")).endswith("int64"):
+        return x.to(dtype=__import__("torch").int32) if _framework(x) == "torch" else x.astype("int32")
+    return x
 
 
 def _new(ref: Array, shape, dtype: str, fill: Optional[int] = None) -> Array:
@@ -167,8 +176,7 @@ def build_fused_accept_indices(*, slots: Array, scratch_steps: int, draft_token_
     """
     if getattr(slots, "ndim", None) != 1:
         raise _bad("slots", f"must be a 1-D array of slots, got {type(slots).__name__} of shape {getattr(slots, 'shape', None)}")
-    if str(slots.dtype).endswith("int64"):  # engines often keep slots as int64; the few bytes are converted
-        slots = slots.to(dtype=__import__("torch").int32) if _framework(slots) == "torch" else slots.astype("int32")
+    slots = _int32(slots)
     T, S = int(draft_token_num), int(scratch_steps)
     if S < 1:
         raise _bad("scratch_steps", f"= {S} must be at least 1")
@@ -379,3 +387,55 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     if packed_shape is not None:
         output = output.reshape((1, B * T, HV, V))
     return output, (initial_state if output_final_state else None)
+
+
+# ---- kdagraph's own: short_conv --------------------------------------------------------------------
+
+def short_conv(x: Array, conv_state: Array, weight: Array, bias: Optional[Array] = None, *, state_indices: Array,
+               num_accepted_tokens: Array, activation: Optional[str] = "silu", output: Optional[Array] = None,
+               stream: Any = None) -> Array:
+    """The short convolution of a KDA layer with SPEC §9's fused-accept offset window (SPEC §11).
+
+    x ``[B, T, C]`` (the q, k and v projections concatenated; float32 or bfloat16), weight ``[C, W]``
+    float32 (W = 2 to 4), bias ``[C]`` float32 or None, ``activation`` "silu" or "none" ("linear", None):
+    ``y_t[c] = act(sum_j weight[c, j] * x_{t-W+1+j}[c] + bias[c])`` in fp32, y in x's dtype. The conv state
+    ``conv_state [N, W - 2 + S, C]`` (x's dtype, S >= T; rows of 16-byte multiples) is updated in place:
+    batch row b uses state row ``state_indices[b]`` (int32, or int64 converted), whose window of the W - 1
+    inputs before x_1 starts at column ``o = max(num_accepted_tokens[b] - 1, 0)``; afterwards columns
+    ``[0, W - 2)`` hold ``[o + 1, o + W - 1)`` and ``[W - 2, W - 2 + T)`` hold x_1..x_T, so the next
+    call's window is at the accept length of this round's tokens. A negative ``state_indices[b]`` marks a
+    padded row: zero output, nothing read or written. Returns y ``[B, T, C]`` (``output`` when given).
+
+    Arguments that disagree raise ``InvalidArgument`` naming them; on host arrays also a state row outside
+    ``[0, N)``, one named twice, or a real row's accept length outside ``[0, S]``. On the device, where the
+    host cannot look, such rows are skipped and lengths clamped, both recorded in ``device_errors("cuda")``.
+    """
+    for name, a in (("x", x), ("conv_state", conv_state), ("weight", weight), ("state_indices", state_indices),
+                    ("num_accepted_tokens", num_accepted_tokens)):
+        if not hasattr(a, "shape"):
+            raise _bad(name, f"is not an array: {type(a).__name__}")
+    state_indices = _int32(state_indices)
+    # What only the host can check, once the shapes agree (else the extension names what disagrees).
+    shapes_agree = len(x.shape) == 3 and len(weight.shape) == 2 and len(conv_state.shape) == 3 and \
+        2 <= int(weight.shape[1]) <= 4 and int(x.shape[2]) == int(weight.shape[0]) == int(conv_state.shape[2])
+    if shapes_agree and _is_host(state_indices) and _is_host(num_accepted_tokens):
+        B, T, N = int(x.shape[0]), int(x.shape[1]), int(conv_state.shape[0])
+        S = int(conv_state.shape[1]) - int(weight.shape[1]) + 2
+        if S >= T and tuple(state_indices.shape) == (B,) and tuple(num_accepted_tokens.shape) == (B,) \
+                and "int32" in str(num_accepted_tokens.dtype) and "int32" in str(state_indices.dtype):
+            rows, a = _host_view(state_indices), _host_view(num_accepted_tokens)
+            real = rows >= 0
+            over = rows >= N
+            if over.any():
+                b = int(over.nonzero()[0][0])
+                raise _bad("state_indices", f"[{b}] = {int(rows[b])} is outside the conv state's {N} rows")
+            if len(set(rows[real].tolist())) != int(real.sum()):
+                raise _bad("state_indices", "names a conv state row twice: each row's window is updated in place")
+            out = real & ((a < 0) | (a > S))
+            if out.any():
+                b = int(out.nonzero()[0][0])
+                raise _bad("num_accepted_tokens", f"[{b}] = {int(a[b])} is outside [0, S = {S}] (S = conv_state columns - W + 2)")
+    if output is None:
+        output = _new(x, tuple(int(d) for d in x.shape), "like")
+    _kdagraph._short_conv(x, conv_state, weight, bias, state_indices, num_accepted_tokens, activation, output, stream)
+    return output

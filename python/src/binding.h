@@ -1,5 +1,5 @@
-// The pieces every part of the extension shares: names of dtypes, modes and gates as the command line
-// spells them, the gate parameters' checks, the stream a call enqueues on, and the device error word the
+// The pieces every part of the extension shares: names of dtypes, modes, gates and conv activations as
+// the command line spells them, the gate parameters' checks, the stream a call enqueues on, and the device error word the
 // drop-in functions record in.
 #pragma once
 
@@ -20,6 +20,9 @@ Mode mode_from(nb::handle mode);
 // "precomputed" (g is the log decay), "softplus", "lower-bound" (SPEC §1 gate in kernel).
 GateMode gate_from(const std::string& name);
 Backend backend_from(const std::string& name);
+// SPEC §9 activation: "silu", or "none" (also spelled "linear", or None).
+ConvActivation conv_activation_from(nb::handle activation, const char* argument);
+const char* conv_activation_name(ConvActivation a);
 
 // SPEC §1 options as the Python functions take them; scale None means 1 / sqrt(K).
 VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, float lower_bound, bool beta_is_logit);

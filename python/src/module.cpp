@@ -62,6 +62,25 @@ VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, fl
   return o;
 }
 
+ConvActivation conv_activation_from(nb::handle activation, const char* argument) {
+  if (activation.is_none()) return ConvActivation::none;
+  if (nb::isinstance<nb::str>(activation)) {
+    const std::string name = nb::cast<std::string>(activation);
+    if (name == "silu") return ConvActivation::silu;
+    if (name == "none" || name == "linear") return ConvActivation::none;
+    throw InvalidArgument(argument, std::string(argument) + " = '" + name + "' is not 'silu', 'none' ('linear') or None");
+  }
+  throw InvalidArgument(argument, std::string(argument) + " must be 'silu', 'none' ('linear') or None");
+}
+
+const char* conv_activation_name(ConvActivation a) {
+  switch (a) {
+    case ConvActivation::silu: return "silu";
+    case ConvActivation::none: return "none";
+  }
+  return "?";
+}
+
 GateArrays take_gate(nb::handle A_log_, nb::handle dt_bias_, const std::string& A_log_name,
                      const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference) {
   GateArrays g{take_optional(A_log_, A_log_name.c_str()), take_optional(dt_bias_, dt_bias_name.c_str())};

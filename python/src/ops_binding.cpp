@@ -8,6 +8,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -143,6 +144,78 @@ void build_slot_indices(nb::handle slots_, nb::handle pool_, int64_t scratch_ste
   nb::gil_scoped_release release;
   ops::build_slot_indices(s, slots.as<const int32_t>(), int32_t(N), pool.as<const int32_t>(), int32_t(pool.dim(0)),
                           int32_t(scratch_steps), int32_t(tokens), write_row.as<int32_t>(), accepted.as<int32_t>(), errors);
+}
+
+// SPEC §9, §11: short_conv's engine (ops::short_conv), the fused-accept offset window over one conv
+// state [N, W - 2 + S, C] the caller owns.
+void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle bias_, nb::handle indices_,
+                nb::handle accepted_, nb::handle activation, nb::handle y_, nb::handle stream) {
+  const Array x = take(x_, "x");
+  require_elem(x, {Elem::f32, Elem::bf16});
+  require_shape(x, {-1, -1, -1});
+  const int64_t B = x.dim(0), T = x.dim(1), C = x.dim(2);
+  if (B < 1 || T < 1 || C < 1) throw InvalidArgument("x", "x has shape " + x.shape_string() + "; expected [B, T, C], each at least 1");
+  auto same_io = [&](const Array& a) {
+    require_same_place(a, x);
+    if (a.elem != x.elem)
+      throw InvalidArgument(a.name, a.name + " has dtype " + to_string(a.elem) + " but x has " + to_string(x.elem) +
+                                        ": x, the conv state and the output share one dtype");
+  };
+  const Array weight = take(weight_, "weight");
+  require_elem(weight, {Elem::f32});
+  require_shape(weight, {C, -1});
+  require_same_place(weight, x);
+  const int64_t W = weight.dim(1);
+  if (W < 2 || W > 4)
+    throw InvalidArgument("weight", "weight has shape " + weight.shape_string() + ": the conv width W (its last extent) is 2 to 4");
+  const Array bias = take_optional(bias_, "bias");
+  if (bias.data != nullptr) {
+    require_elem(bias, {Elem::f32});
+    require_shape(bias, {C});
+    require_same_place(bias, x);
+  }
+  const Array state = take(state_, "conv_state");
+  require_shape(state, {-1, -1, C});
+  same_io(state);
+  const int64_t columns = state.dim(1), S = columns - (W - 2);
+  if (S < T)
+    throw InvalidArgument("conv_state", "conv_state has " + std::to_string(columns) + " columns; a width " + std::to_string(W) +
+                                            " conv of T = " + std::to_string(T) + " tokens needs W - 2 + S columns with S >= T, at least " +
+                                            std::to_string(W - 2 + T));
+  const int64_t row_bytes = columns * C * int64_t(dtype_size(dtype_of(x.elem)));
+  if (row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(state.data) % 16 != 0)
+    throw InvalidArgument("conv_state", "conv_state rows of " + std::to_string(columns) + " x " + std::to_string(C) + " elements (" +
+                                            std::to_string(row_bytes) + " bytes) must start at 16-byte multiples (SPEC §10): "
+                                            "choose S so that (W - 2 + S) * C fills 16 bytes, from a 16-byte aligned array");
+  const Array indices = take(indices_, "state_indices");
+  require_elem(indices, {Elem::i32});
+  require_shape(indices, {B});
+  require_same_place(indices, x);
+  const Array accepted = take(accepted_, "num_accepted_tokens");
+  require_elem(accepted, {Elem::i32});
+  require_shape(accepted, {B});
+  require_same_place(accepted, x);
+  const Array y = take(y_, "output");
+  require_shape(y, {B, T, C});
+  same_io(y);
+
+  ShortConvCall call;
+  call.conv = ConvShape{int32_t(C), int32_t(W), conv_activation_from(activation, "activation")};
+  call.io_dtype = dtype_of(x.elem);
+  call.batch = int32_t(B);
+  call.tokens = int32_t(T);
+  call.scratch_steps = int32_t(S);
+  call.x = x.data;
+  call.weight = weight.as<const float>();
+  call.bias = bias.as<const float>();
+  call.y = y.data;
+  call.conv_state = state_view(state.data, call.io_dtype, 1, state.dim(0) * columns * C, state.dim(0), columns * C);
+  call.state_indices = indices.as<const int32_t>();
+  call.num_accepted = accepted.as<const int32_t>();
+  const Stream s = resolve_stream(x.backend, stream, x_);
+  call.errors = module_errors(s);
+  nb::gil_scoped_release release;
+  ops::short_conv(s, call);
 }
 
 // ---- the ops of a round over caller-owned storage -------------------------------------------------
@@ -292,6 +365,9 @@ void bind_ops(nb::module_& m) {
   m.def("_build_slot_indices", &build_slot_indices, "slots"_a, "accept_lens_pool"_a, "scratch_steps"_a,
         "draft_token_num"_a, "ssm_state_indices"_a, "num_accepted_tokens"_a, "stream"_a.none(),
         "SPEC §4, §11: SGLang's fused-accept index pair (ops::build_slot_indices).");
+  m.def("_short_conv", &short_conv, "x"_a, "conv_state"_a, "weight"_a, "bias"_a.none(), "state_indices"_a,
+        "num_accepted_tokens"_a, "activation"_a.none(), "output"_a, "stream"_a.none(),
+        "SPEC §9, §11: the short convolution over one caller-owned conv state (ops::short_conv); short_conv's engine.");
 
   nb::class_<PySpec>(m, "RoundSpec", "What every operation of a round agrees on (ops.hpp RoundSpec)")
       .def(

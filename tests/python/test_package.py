@@ -31,6 +31,11 @@ def test_the_drop_ins_are_typed_with_the_engines_signatures():
     sig = inspect.signature(kdagraph.build_fused_accept_indices)
     assert all(p.kind == p.KEYWORD_ONLY for p in sig.parameters.values())
     assert list(sig.parameters)[:4] == ["slots", "scratch_steps", "draft_token_num", "accept_lens_pool"]
+    sig = inspect.signature(kdagraph.short_conv)  # SPEC §11
+    assert list(sig.parameters)[:4] == ["x", "conv_state", "weight", "bias"]
+    assert sig.parameters["bias"].default is None and sig.parameters["activation"].default == "silu"
+    assert all(sig.parameters[p].kind == inspect.Parameter.KEYWORD_ONLY
+               for p in ("state_indices", "num_accepted_tokens", "activation", "output", "stream"))
 
 
 def test_the_modes_have_the_command_lines_names():
