@@ -17,6 +17,9 @@ def test_the_extension_has_stubs_that_name_its_api():
     for name in ("class Verifier", "class GraphRunner", "class RoundSpec", "class SlotStorage",
                  "def build_indices", "def materialize", "class Mode"):
         assert name in text, f"{name} is missing from the stubs"
+    for name in dir(kdagraph._kdagraph):  # every public name of the extension is stubbed
+        if not name.startswith("_") and name not in ("built_with_cuda",):
+            assert f"def {name}(" in text or f"class {name}" in text or f"{name}:" in text, f"{name} has no stub"
     assert os.path.isfile(os.path.join(here, "py.typed"))
 
 
