@@ -7,9 +7,9 @@ switch by changing an import:
 - ``recurrent_kda`` (FlashInfer's signature, spec-decode semantics).
 
 Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-accept offset window, SPEC
-§9), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``,
-``RoundIndices``, ``build_indices``, ``verify_layer``, ``accept``, ``commit``, ``materialize``) and the
-owning classes ``Verifier`` and ``GraphRunner``.
+§9), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``, ``RoundIndices``,
+``build_indices``, ``conv_layer``, ``verify_layer``, ``accept``, ``commit``, ``materialize``) and the
+owning classes ``Verifier`` and ``GraphRunner`` (``conv_width=`` gives them the conv).
 
 Arrays are anything with ``__dlpack__`` (numpy, torch, cupy) and numpy arrays of ``ml_dtypes.bfloat16``;
 they are used in place, never copied: float32 or bfloat16 inputs and states, int32 indices, C-contiguous,
@@ -44,6 +44,7 @@ from ._kdagraph import (
     built_with_cuda,
     clear_device_errors,
     commit,
+    conv_layer,
     cuda_available,
     device_errors,
     materialize,
@@ -67,6 +68,7 @@ __all__ = [
     "built_with_cuda",
     "clear_device_errors",
     "commit",
+    "conv_layer",
     "cuda_available",
     "device_errors",
     "materialize",

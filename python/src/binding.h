@@ -1,6 +1,6 @@
 // The pieces every part of the extension shares: names of dtypes, modes, gates and conv activations as
-// the command line spells them, the gate parameters' checks, the stream a call enqueues on, and the device error word the
-// drop-in functions record in.
+// the command line spells them, the gate parameters' checks, the stream a call enqueues on, and the
+// device error word the drop-in functions and the ops record in.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -23,9 +23,8 @@ Backend backend_from(const std::string& name);
 // SPEC §9 activation: "silu", or "none" (also spelled "linear", or None).
 ConvActivation conv_activation_from(nb::handle activation, const char* argument);
 const char* conv_activation_name(ConvActivation a);
-
-// SPEC §1 options as the Python functions take them; scale None means 1 / sqrt(K).
-VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, float lower_bound, bool beta_is_logit);
+// The conv of layers of shape `m`: width 0 (none) or 2 to 4, over C = 2 H K + HV V channels.
+ConvShape conv_shape(const ModelShape& m, int32_t width, nb::handle activation);
 
 // One layer's gate parameters (SPEC §1 gate in kernel), checked: A_log [HV] and dt_bias [HV * K] or
 // [HV, K], float32, where `reference` is. The names are the caller's arguments.
@@ -34,6 +33,9 @@ struct GateArrays {
 };
 GateArrays take_gate(nb::handle A_log, nb::handle dt_bias, const std::string& A_log_name,
                      const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference);
+
+// SPEC §1 options as the Python functions take them; scale None means 1 / sqrt(K).
+VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, float lower_bound, bool beta_is_logit);
 
 // The stream to enqueue on: `stream` (an integer handle, or an object with .cuda_stream such as a
 // torch.cuda.Stream) when given; otherwise, on CUDA, the current stream of the framework `reference`

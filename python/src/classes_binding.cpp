@@ -50,27 +50,44 @@ struct PyVerifier {
     return a;
   }
 
-  // A zero-copy view of one of the Verifier's buffers, alive as long as the Verifier object.
-  nb::object view(nb::handle self, void* data, std::vector<size_t> shape, Elem elem) const {
+  Elem io_elem() const { return cfg().io_dtype == DType::f32 ? Elem::f32 : Elem::bf16; }
+
+  // SPEC §9: a conv window of every layer, [L, W - 1, C] in the io dtype, where `like` is (None: absent).
+  Array window_array(nb::handle obj, const char* name) const {
+    const VerifierConfig& c = cfg();
+    Array a = take_optional(obj, name);
+    if (a.data == nullptr) return a;
+    if (c.conv.width == 0) throw InvalidArgument(name, std::string(name) + " is given, but the verifier has no conv (conv_width = 0)");
+    require_elem(a, {io_elem()});
+    require_shape(a, {c.model.layers, c.conv.width - 1, c.conv.channels});
+    return a;
+  }
+
+  // A zero-copy view of one of the Verifier's buffers, alive as long as the Verifier object. `strides` in
+  // elements (empty: C-contiguous).
+  nb::object view(nb::handle self, void* data, std::vector<size_t> shape, Elem elem, std::vector<int64_t> strides = {}) const {
     nb::dlpack::dtype t = elem == Elem::i32 ? nb::dtype<int32_t>() : elem == Elem::f32 ? nb::dtype<float>() : nb::dtype<uint16_t>();
     const int device = cfg().backend == Backend::cuda ? nb::device::cuda::value : nb::device::cpu::value;
+    const int64_t* st = strides.empty() ? nullptr : strides.data();
     if (cfg().backend == Backend::cpu)
-      return nb::cast(nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), self, nullptr, t, device),
+      return nb::cast(nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), self, st, t, device),
                       nb::rv_policy::reference);
-    return nb::cast(nb::ndarray<>(data, shape.size(), shape.data(), self, nullptr, t, device), nb::rv_policy::reference);
+    return nb::cast(nb::ndarray<>(data, shape.size(), shape.data(), self, st, t, device), nb::rv_policy::reference);
   }
 };
 
-// One layer's inputs, kept alive with the graphs that point at them.
+// One layer's inputs (and with a conv its conv inputs), kept alive with the graphs that point at them.
 struct LayerArrays {
   std::vector<Array> arrays;
   GateArrays gates;
   LayerInputs inputs;
+  ConvLayerInputs conv;
 };
 
 LayerArrays layer_arrays(const VerifierConfig& c, nb::handle layer, size_t l) {
   const std::string at = "inputs[" + std::to_string(l) + "]";
-  if (!nb::isinstance<nb::dict>(layer)) throw InvalidArgument(at, at + " must be a dict of q, k, v, g, beta, o (and A_log, dt_bias)");
+  if (!nb::isinstance<nb::dict>(layer))
+    throw InvalidArgument(at, at + " must be a dict of q, k, v, g, beta, o (and A_log, dt_bias; x, weight, bias with a conv)");
   const nb::dict d = nb::borrow<nb::dict>(layer);
   const Elem io = c.io_dtype == DType::f32 ? Elem::f32 : Elem::bf16;
   const int64_t N = c.max_rows, T = c.tokens, H = c.model.heads, HV = c.model.value_heads, K = c.model.head_k,
@@ -101,6 +118,18 @@ LayerArrays layer_arrays(const VerifierConfig& c, nb::handle layer, size_t l) {
     out.inputs.A_log = out.gates.A_log.as<const float>();
     out.inputs.dt_bias = out.gates.dt_bias.as<const float>();
   }
+  if (c.conv.width == 0) {
+    for (const char* key : {"x", "weight", "bias"})
+      if (d.contains(key)) throw InvalidArgument(key_name(key), key_name(key) + " is given, but the verifier has no conv (conv_width = 0)");
+    return out;
+  }
+  // SPEC §9: the conv reads x and writes q, k and v, which the verify then reads.
+  const int64_t C = c.conv.channels;
+  const void* x = get("x", {N, T, C}, io);
+  const float* weight = static_cast<const float*>(get("weight", {C, c.conv.width}, Elem::f32));
+  const float* bias = d.contains("bias") && !d["bias"].is_none() ? static_cast<const float*>(get("bias", {C}, Elem::f32)) : nullptr;
+  out.conv = conv_into_verify_inputs(round_spec(c), x, weight, bias, const_cast<void*>(out.inputs.q),
+                                     const_cast<void*>(out.inputs.k), const_cast<void*>(out.inputs.v));
   return out;
 }
 
@@ -123,7 +152,8 @@ void bind_classes(nb::module_& m) {
           [](PyVerifier* self, const std::string& backend, int32_t layers, int32_t heads, int32_t value_heads,
              int32_t head_k, int32_t head_v, int32_t slots, int32_t scratch_steps, int32_t max_rows, int32_t tokens,
              const std::string& io_dtype, const std::string& state_dtype, nb::handle mode, bool l2norm_qk,
-             nb::handle scale, const std::string& gate, float lower_bound, bool beta_is_logit) {
+             nb::handle scale, const std::string& gate, float lower_bound, bool beta_is_logit, int32_t conv_width,
+             nb::handle conv_activation) {
             VerifierConfig c;
             c.backend = backend_from(backend);
             c.model = ModelShape{layers, heads, value_heads, head_k, head_v};
@@ -133,18 +163,48 @@ void bind_classes(nb::module_& m) {
             c.io_dtype = dtype_from(io_dtype, "io_dtype");
             c.mode = mode_from(mode);
             c.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
+            c.conv = conv_shape(c.model, conv_width, conv_activation);
             new (self) PyVerifier{std::make_unique<Verifier>(c)};
           },
           nb::kw_only(), "backend"_a = "cpu", "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a,
           "slots"_a, "scratch_steps"_a, "max_rows"_a, "tokens"_a, "io_dtype"_a = "float32", "state_dtype"_a = "float32",
           "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(), "gate"_a = "precomputed",
-          "lower_bound"_a = -5.0f, "beta_is_logit"_a = false)
+          "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "conv_width"_a = 0, "conv_activation"_a.none() = "silu",
+          "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4 over C = 2 H K + HV V channels, "
+          "conv_activation 'silu' or 'none' ('linear', None). With a conv the Verifier also owns the conv state, a "
+          "prefill takes each layer's window, and a GraphRunner's inputs carry x, weight (and bias).")
       .def_prop_ro("backend", [](const PyVerifier& v) { return std::string(to_string(v.cfg().backend)); })
       .def_prop_ro("mode", [](const PyVerifier& v) { return v.cfg().mode; })
       .def_prop_ro("tokens", [](const PyVerifier& v) { return v.cfg().tokens; })
       .def_prop_ro("max_rows", [](const PyVerifier& v) { return v.cfg().max_rows; })
       .def_prop_ro("slots", [](const PyVerifier& v) { return v.cfg().pool.slots; })
       .def_prop_ro("batch_size", [](const PyVerifier& v) { return v.verifier->batch_size(); })
+      .def_prop_ro("conv_width", [](const PyVerifier& v) { return v.cfg().conv.width; }, "0: no conv")
+      .def_prop_ro("conv_channels", [](const PyVerifier& v) { return v.cfg().conv.channels; })
+      .def_prop_ro("conv_activation", [](const PyVerifier& v) { return std::string(conv_activation_name(v.cfg().conv.activation)); })
+      .def_prop_ro(
+          "conv_window_shape",
+          [](const PyVerifier& v) {
+            const VerifierConfig& c = v.cfg();
+            return nb::make_tuple(c.model.layers, c.conv.width > 0 ? c.conv.width - 1 : 0, c.conv.channels);
+          },
+          "(L, W - 1, C): what prefill's conv_window and read_conv_window's out hold")
+      .def_prop_ro(
+          "conv_state",
+          [](nb::handle self) -> nb::object {
+            const PyVerifier& v = nb::cast<const PyVerifier&>(self);
+            const VerifierConfig& c = v.cfg();
+            if (c.conv.width == 0) return nb::none();
+            const size_t es = dtype_size(c.io_dtype), L = size_t(c.model.layers), P = size_t(c.pool.slots);
+            const size_t C = size_t(c.conv.channels);
+            const int64_t stride = int64_t(v.verifier->conv_state_bytes() / (L * P * es));
+            const size_t columns = size_t(conv_state_row_elems(v.verifier->spec(), c.pool.scratch_steps)) / C;
+            return v.view(self, v.verifier->conv_state(), {L, P, columns, C}, v.io_elem(),
+                          {int64_t(P) * stride, stride, int64_t(C), 1});
+          },
+          "The conv state [L, P, columns, C] (columns W - 2 + S, two-phase W - 1; rows padded to 16 bytes), zero-copy "
+          "(numpy on the CPU, a DLPack array on CUDA; bf16 as uint16 bits); None without a conv. Its window is at "
+          "column max(accept_len - 1, 0) in fused-accept and replay; materialize moves it to column 0.")
       .def_prop_ro(
           "pool",
           [](nb::handle self) {
@@ -168,16 +228,19 @@ void bind_classes(nb::module_& m) {
           "accept_len [P] int32, zero-copy")
       .def(
           "prefill",
-          [](PyVerifier& v, int32_t slot, nb::handle states, nb::handle stream) {
+          [](PyVerifier& v, int32_t slot, nb::handle states, nb::handle stream, nb::handle conv_window) {
             const Array a = v.state_array(states, "states");
+            const Array w = v.window_array(conv_window, "conv_window");
+            if (w.data != nullptr) require_same_place(w, a);
             const Stream s = v.stream(stream);
             nb::gil_scoped_release release;
-            if (a.backend == Backend::cpu) v.verifier->prefill(s, slot, a.data);
-            else v.verifier->enqueue_prefill(s, slot, a.data);
+            if (a.backend == Backend::cpu) v.verifier->prefill(s, slot, a.data, w.data);
+            else v.verifier->enqueue_prefill(s, slot, a.data, w.data);
           },
-          "slot"_a, "states"_a, "stream"_a.none() = nb::none(),
-          "A request joins: pool[l][slot] = states[l] ([L, HV, V, K], state dtype), accept_len[slot] = 0. From host "
-          "memory it returns when done; from device memory it is stream-ordered.")
+          "slot"_a, "states"_a, "stream"_a.none() = nb::none(), nb::kw_only(), "conv_window"_a.none() = nb::none(),
+          "A request joins: pool[l][slot] = states[l] ([L, HV, V, K], state dtype), accept_len[slot] = 0; with a conv, "
+          "conv_window [L, W - 1, C] (io dtype, where states is) holds each layer's last W - 1 inputs, oldest first, "
+          "and is required. From host memory it returns when done; from device memory it is stream-ordered.")
       .def(
           "read_pool",
           [](PyVerifier& v, int32_t slot, nb::handle out, nb::handle stream) {
@@ -189,6 +252,19 @@ void bind_classes(nb::module_& m) {
           },
           "slot"_a, "out"_a, "stream"_a.none() = nb::none(),
           "Copies pool[l][slot] of every layer into `out` (host [L, HV, V, K]); materialize first in fused-accept mode.")
+      .def(
+          "read_conv_window",
+          [](PyVerifier& v, int32_t slot, nb::handle out, nb::handle stream) {
+            if (out.is_none()) throw InvalidArgument("out", "out is None");
+            const Array a = v.window_array(out, "out");
+            if (a.backend != Backend::cpu) throw InvalidArgument("out", "out must be host memory");
+            const Stream s = v.stream(stream);
+            nb::gil_scoped_release release;
+            v.verifier->read_conv_window(s, slot, a.data);
+          },
+          "slot"_a, "out"_a, "stream"_a.none() = nb::none(),
+          "With a conv: copies each layer's window, columns [0, W - 1) of the slot's conv state, into `out` (host "
+          "[L, W - 1, C], io dtype); materialize first in fused-accept and replay, as for read_pool.")
       .def(
           "set_batch",
           [](PyVerifier& v, nb::handle slots, nb::handle stream) {
@@ -238,8 +314,10 @@ void bind_classes(nb::module_& m) {
 
   nb::class_<PyRunner>(m, "GraphRunner",
                        "Bucketed graphs of a Verifier's whole round (SPEC §5); on the CPU, the graph twin. `inputs`: one "
-                       "dict per layer of q, k, v, g, beta, o (and A_log, dt_bias with the gate in the kernel), each "
-                       "sized for max_rows; the graphs point at them, so they must stay where they are.")
+                       "dict per layer of q, k, v, g, beta, o (and A_log [HV], dt_bias [HV * K] or [HV, K] with the gate "
+                       "in the kernel), each sized for max_rows; with the Verifier's conv also x [max_rows, T, C], "
+                       "weight [C, W] and optionally bias [C] (float32): each layer's conv reads x and writes q, k and v "
+                       "before its verify (SPEC §9). The graphs point at these arrays, so they must stay where they are.")
       .def(
           "__init__",
           [](PyRunner* self, nb::handle verifier, nb::handle inputs, std::optional<std::vector<int32_t>> buckets,
@@ -261,6 +339,7 @@ void bind_classes(nb::module_& m) {
             auto held = std::make_shared<std::vector<LayerArrays>>(std::move(layers));
             RoundHooks hooks;
             hooks.layer_inputs = [held](int32_t layer) { return (*held)[size_t(layer)].inputs; };
+            if (c.conv.width > 0) hooks.conv_inputs = [held](int32_t layer) { return (*held)[size_t(layer)].conv; };
             auto runner = std::make_unique<GraphRunner>(*v.verifier, std::move(hooks), rc);
             new (self) PyRunner{nb::borrow(verifier), &v, std::move(runner)};
           },

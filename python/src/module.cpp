@@ -81,6 +81,16 @@ const char* conv_activation_name(ConvActivation a) {
   return "?";
 }
 
+ConvShape conv_shape(const ModelShape& m, int32_t width, nb::handle activation) {
+  if (width != 0 && (width < 2 || width > 4))
+    throw InvalidArgument("conv_width", "conv_width = " + std::to_string(width) + " is not 0 (no conv) or 2 to 4");
+  ConvShape c;
+  c.width = width;
+  c.channels = width > 0 ? conv_channels(m) : 0;
+  c.activation = conv_activation_from(activation, "conv_activation");
+  return c;
+}
+
 GateArrays take_gate(nb::handle A_log_, nb::handle dt_bias_, const std::string& A_log_name,
                      const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference) {
   GateArrays g{take_optional(A_log_, A_log_name.c_str()), take_optional(dt_bias_, dt_bias_name.c_str())};

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kdagraph/ops.hpp"
@@ -225,7 +226,17 @@ struct PySpec {
   RoundSpec spec;
 };
 
-// A state of every layer: one array [L, rows, HV, V, K], or a list of L arrays [rows, HV, V, K] whose
+// What one row of a per-slot buffer holds: a slot's state [HV, V, K] (pool, scratch), or flat rows of io
+// elements (the token cache, the conv state and scratch), given as [stride] with stride >= row_elems
+// (a 16-byte multiple, which the library checks) or, where `columns` is set, compact as [columns, C].
+struct RowForm {
+  bool state = true;
+  Elem elem = Elem::f32;
+  int64_t row_elems = 0;
+  int64_t columns = 0, channels = 0;
+};
+
+// A buffer of every layer: one array [L, rows, ...row], or a list of L arrays [rows, ...row] whose
 // bases go into a table in backend memory (vLLM's tensor per layer).
 struct LayerStates {
   std::vector<Array> arrays;
@@ -233,28 +244,40 @@ struct LayerStates {
   StateView view;
 };
 
-LayerStates layer_states(nb::handle obj, const char* name, const RoundSpec& spec, Elem elem_or_io, bool is_cache,
-                         int64_t row_elems) {
+// Checks `a` (`per_layer`: one layer's array) against `form`; returns its row stride in elements.
+int64_t row_stride_of(const Array& a, const RoundSpec& spec, const RowForm& form, bool per_layer) {
+  const ModelShape& m = spec.model;
+  if (form.state) {
+    require_elem(a, {Elem::f32, Elem::bf16});
+    if (per_layer) require_shape(a, {-1, m.value_heads, m.head_v, m.head_k});
+    else require_shape(a, {m.layers, -1, m.value_heads, m.head_v, m.head_k});
+    return form.row_elems;
+  }
+  require_elem(a, {form.elem});
+  const size_t lead = per_layer ? 1 : 2;  // [L,] rows
+  const bool flat = a.shape.size() == lead + 1;
+  const bool columns = form.columns > 0 && a.shape.size() == lead + 2 && a.shape[lead] == form.columns &&
+                       a.shape[lead + 1] == form.channels;
+  if ((!flat && !columns) || (!per_layer && a.dim(0) != m.layers)) {
+    std::string want = std::string(per_layer ? "[rows, " : "[L = " + std::to_string(m.layers) + ", rows, ") + "stride >= " +
+                       std::to_string(form.row_elems) + "]";
+    if (form.columns > 0)
+      want += " or " + std::string(per_layer ? "[rows, " : "[L, rows, ") + std::to_string(form.columns) + ", " +
+              std::to_string(form.channels) + "]";
+    throw InvalidArgument(a.name, a.name + " has shape " + a.shape_string() + "; expected " + want);
+  }
+  return flat ? a.shape.back() : form.columns * form.channels;
+}
+
+LayerStates layer_states(nb::handle obj, const char* name, const RoundSpec& spec, const RowForm& form) {
   LayerStates out;
   const ModelShape& m = spec.model;
   const bool list = nb::isinstance<nb::list>(obj) || nb::isinstance<nb::tuple>(obj);
-  auto check = [&](const Array& a, bool per_layer) {
-    if (is_cache) {
-      require_elem(a, {elem_or_io});
-      // Rows of at least row_elems elements; the last extent is the row stride (16-byte multiple).
-      if (per_layer) require_shape(a, {-1, -1});
-      else require_shape(a, {m.layers, -1, -1});
-    } else {
-      require_elem(a, {Elem::f32, Elem::bf16});
-      if (per_layer) require_shape(a, {-1, m.value_heads, m.head_v, m.head_k});
-      else require_shape(a, {m.layers, -1, m.value_heads, m.head_v, m.head_k});
-    }
-  };
   if (!list) {
     out.arrays.push_back(take(obj, name));
     const Array& a = out.arrays[0];
-    check(a, false);
-    const int64_t rows = a.dim(1), stride = is_cache ? a.dim(2) : row_elems;
+    const int64_t stride = row_stride_of(a, spec, form, false);
+    const int64_t rows = a.dim(1);
     out.view = state_view(a.data, dtype_of(a.elem), m.layers, rows * stride, rows, stride);
     return out;
   }
@@ -263,38 +286,40 @@ LayerStates layer_states(nb::handle obj, const char* name, const RoundSpec& spec
     throw InvalidArgument(name, std::string(name) + " lists " + std::to_string(nb::len(seq)) + " arrays; expected one per layer (" +
                                     std::to_string(m.layers) + ")");
   std::vector<void*> bases;
+  int64_t stride = 0;
   for (size_t l = 0; l < nb::len(seq); ++l) {
     const std::string arg = std::string(name) + "[" + std::to_string(l) + "]";
     out.arrays.push_back(take(seq[l], arg.c_str()));
     const Array& a = out.arrays.back();
-    check(a, true);
+    stride = row_stride_of(a, spec, form, true);
     require_same_place(a, out.arrays[0]);
-    if (a.dim(0) != out.arrays[0].dim(0) || a.elem != out.arrays[0].elem)
-      throw InvalidArgument(arg, arg + " differs in rows or dtype from " + out.arrays[0].name);
+    if (a.shape != out.arrays[0].shape || a.elem != out.arrays[0].elem)
+      throw InvalidArgument(arg, arg + " differs in shape or dtype from " + out.arrays[0].name);
     bases.push_back(a.data);
   }
   const Array& first = out.arrays[0];
   out.table = detail::Buffer::copy_of(first.backend, bases);
-  out.view = state_view_table(out.table.as<void* const>(), dtype_of(first.elem), m.layers, first.dim(0),
-                              is_cache ? first.dim(1) : row_elems);
+  out.view = state_view_table(out.table.as<void* const>(), dtype_of(first.elem), m.layers, first.dim(0), stride);
   return out;
 }
 
 Backend backend_of(const LayerStates& s) { return s.arrays[0].backend; }
 
-// The caller's per-slot storage (SPEC §2) as the ops see it; it keeps the arrays alive.
+Elem io_elem(const RoundSpec& spec) { return spec.io_dtype == DType::f32 ? Elem::f32 : Elem::bf16; }
+
+// The caller's per-slot storage (SPEC §2, §9) as the ops see it; it keeps the arrays alive.
 struct PyStorage {
   RoundSpec spec;
-  LayerStates pool, scratch, cache;
+  LayerStates pool, scratch, cache, conv_state, conv_scratch;
   Array accept_len, cache_parity;
   SlotStorage storage;
   Backend backend = Backend::cpu;
 
   PyStorage(const PySpec& sp, nb::handle pool_, nb::handle accept_len_, int32_t scratch_steps, nb::handle scratch_,
-            nb::handle token_cache_, nb::handle cache_parity_)
+            nb::handle token_cache_, nb::handle cache_parity_, nb::handle conv_state_, nb::handle conv_scratch_)
       : spec(sp.spec) {
-    const int64_t row = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
-    pool = layer_states(pool_, "pool", spec, Elem::f32, false, row);
+    const RowForm state_row{true, Elem::f32, int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k};
+    pool = layer_states(pool_, "pool", spec, state_row);
     backend = backend_of(pool);
     accept_len = take(accept_len_, "accept_len");
     require_elem(accept_len, {Elem::i32});
@@ -310,16 +335,15 @@ struct PyStorage {
     const ModePolicy policy = mode_policy(spec.mode);
     if (policy.per_token_scratch) {
       if (scratch_.is_none()) throw InvalidArgument("scratch", std::string("scratch is None: mode ") + to_string(spec.mode) + " keeps per-token states");
-      scratch = layer_states(scratch_, "scratch", spec, Elem::f32, false, row);
+      scratch = layer_states(scratch_, "scratch", spec, state_row);
       require_same_place(scratch.arrays[0], pool.arrays[0]);
       storage.scratch = scratch.view;
     }
     if (policy.token_cache) {
-      const Elem io = spec.io_dtype == DType::f32 ? Elem::f32 : Elem::bf16;
       if (token_cache_.is_none() || cache_parity_.is_none())
         throw InvalidArgument(token_cache_.is_none() ? "token_cache" : "cache_parity",
                               "replay mode needs token_cache [L, 2 P, token_cache_row_elems] and cache_parity [P]");
-      cache = layer_states(token_cache_, "token_cache", spec, io, true, token_cache_row_elems(spec));
+      cache = layer_states(token_cache_, "token_cache", spec, RowForm{false, io_elem(spec), token_cache_row_elems(spec)});
       require_same_place(cache.arrays[0], pool.arrays[0]);
       storage.token_cache = cache.view;
       cache_parity = take(cache_parity_, "cache_parity");
@@ -327,6 +351,39 @@ struct PyStorage {
       require_shape(cache_parity, {storage.slots});
       storage.cache_parity = cache_parity.as<int32_t>();
     }
+    take_conv(policy, conv_state_, conv_scratch_);
+  }
+
+  // SPEC §9: the conv state [L, P, columns, C] (columns W - 2 + S, two-phase W - 1) and, in two-phase, the
+  // conv scratch [L, P * S, W - 1, C], exactly when the spec has a conv.
+  void take_conv(const ModePolicy& policy, nb::handle conv_state_, nb::handle conv_scratch_) {
+    const ConvShape& conv = spec.conv;
+    if (conv.width == 0) {
+      for (auto [obj, name] : {std::pair{conv_state_, "conv_state"}, std::pair{conv_scratch_, "conv_scratch"}})
+        if (!obj.is_none()) throw InvalidArgument(name, std::string(name) + " is given, but the spec has no conv (conv_width = 0)");
+      return;
+    }
+    const int64_t state_elems = conv_state_row_elems(spec, storage.scratch_steps);
+    if (conv_state_.is_none())
+      throw InvalidArgument("conv_state", "conv_state is None: the spec has a conv; expected [L, P, " +
+                                              std::to_string(state_elems / conv.channels) + ", C = " + std::to_string(conv.channels) + "]");
+    conv_state = layer_states(conv_state_, "conv_state", spec,
+                              RowForm{false, io_elem(spec), state_elems, state_elems / conv.channels, conv.channels});
+    require_same_place(conv_state.arrays[0], pool.arrays[0]);
+    storage.conv_state = conv_state.view;
+    if (policy.conv_offset_window) {
+      if (!conv_scratch_.is_none())
+        throw InvalidArgument("conv_scratch", std::string("conv_scratch is given, but mode ") + to_string(spec.mode) +
+                                                  " keeps the conv window in place (no conv scratch)");
+      return;
+    }
+    if (conv_scratch_.is_none())
+      throw InvalidArgument("conv_scratch", "conv_scratch is None: two-phase keeps each token's conv window, [L, P * S, " +
+                                                std::to_string(conv.width - 1) + ", C]");
+    conv_scratch = layer_states(conv_scratch_, "conv_scratch", spec,
+                                RowForm{false, io_elem(spec), conv_scratch_row_elems(spec), conv.width - 1, conv.channels});
+    require_same_place(conv_scratch.arrays[0], pool.arrays[0]);
+    storage.conv_scratch = conv_scratch.view;
   }
 };
 
@@ -374,21 +431,34 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](PySpec* self, int32_t layers, int32_t heads, int32_t value_heads, int32_t head_k, int32_t head_v,
              int32_t tokens, const std::string& io_dtype, nb::handle mode, bool l2norm_qk, nb::handle scale,
-             const std::string& gate, float lower_bound, bool beta_is_logit) {
+             const std::string& gate, float lower_bound, bool beta_is_logit, int32_t conv_width,
+             nb::handle conv_activation) {
             RoundSpec spec;
             spec.model = ModelShape{layers, heads, value_heads, head_k, head_v};
             spec.tokens = tokens;
             spec.io_dtype = dtype_from(io_dtype, "io_dtype");
             spec.mode = mode_from(mode);
             spec.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
+            spec.conv = conv_shape(spec.model, conv_width, conv_activation);
             new (self) PySpec{spec};
           },
           nb::kw_only(), "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a, "tokens"_a,
           "io_dtype"_a = "float32", "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(),
-          "gate"_a = "precomputed", "lower_bound"_a = -5.0f, "beta_is_logit"_a = false)
+          "gate"_a = "precomputed", "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "conv_width"_a = 0,
+          "conv_activation"_a.none() = "silu",
+          "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4, over C = 2 H K + HV V channels; "
+          "conv_activation 'silu' or 'none' ('linear', None).")
       .def_prop_ro("layers", [](const PySpec& s) { return s.spec.model.layers; })
       .def_prop_ro("tokens", [](const PySpec& s) { return s.spec.tokens; })
       .def_prop_ro("mode", [](const PySpec& s) { return s.spec.mode; })
+      .def_prop_ro("conv_width", [](const PySpec& s) { return s.spec.conv.width; }, "0: no conv")
+      .def_prop_ro("conv_channels", [](const PySpec& s) { return s.spec.conv.channels; }, "C = 2 H K + HV V (0 without a conv)")
+      .def_prop_ro("conv_activation", [](const PySpec& s) { return std::string(conv_activation_name(s.spec.conv.activation)); })
+      .def("conv_state_row_elems", [](const PySpec& s, int32_t scratch_steps) { return conv_state_row_elems(s.spec, scratch_steps); },
+           "scratch_steps"_a,
+           "Elements of one conv state row: (W - 2 + S) * C in fused-accept and replay, (W - 1) * C in two-phase")
+      .def_prop_ro("conv_scratch_row_elems", [](const PySpec& s) { return conv_scratch_row_elems(s.spec); },
+                   "Elements of one conv scratch row (two-phase): (W - 1) * C")
       .def_prop_ro("token_cache_row_elems", [](const PySpec& s) { return token_cache_row_elems(s.spec); },
                    "Elements of one token cache row (replay); a row stride rounds it up to 16 bytes")
       .def_prop_ro(
@@ -400,11 +470,16 @@ void bind_ops(nb::module_& m) {
           "The last extent of a compact token cache [L, 2 P, stride]");
 
   nb::class_<PyStorage>(m, "SlotStorage",
-                        "The caller's per-slot storage (SPEC §2, §10): pool and scratch as one array [L, rows, HV, V, K] "
-                        "or a list of L arrays [rows, HV, V, K]; accept_len [P] int32; replay's token cache")
-      .def(nb::init<const PySpec&, nb::handle, nb::handle, int32_t, nb::handle, nb::handle, nb::handle>(), "spec"_a,
-           nb::kw_only(), "pool"_a, "accept_len"_a, "scratch_steps"_a, "scratch"_a.none() = nb::none(),
-           "token_cache"_a.none() = nb::none(), "cache_parity"_a.none() = nb::none())
+                        "The caller's per-slot storage (SPEC §2, §9, §10): pool and scratch as one array [L, rows, HV, V, K] "
+                        "or a list of L arrays [rows, HV, V, K]; accept_len [P] int32; replay's token cache; with a conv "
+                        "(spec.conv_width > 0) the conv state [L, P, W - 2 + S (two-phase: W - 1), C] and, in two-phase, "
+                        "the conv scratch [L, P * S, W - 1, C] in the io dtype (or [L, rows, stride] with padded rows, or "
+                        "lists of L arrays)")
+      .def(nb::init<const PySpec&, nb::handle, nb::handle, int32_t, nb::handle, nb::handle, nb::handle, nb::handle,
+                    nb::handle>(),
+           "spec"_a, nb::kw_only(), "pool"_a, "accept_len"_a, "scratch_steps"_a, "scratch"_a.none() = nb::none(),
+           "token_cache"_a.none() = nb::none(), "cache_parity"_a.none() = nb::none(), "conv_state"_a.none() = nb::none(),
+           "conv_scratch"_a.none() = nb::none())
       .def_prop_ro("slots", [](const PyStorage& s) { return s.storage.slots; })
       .def_prop_ro("scratch_steps", [](const PyStorage& s) { return s.storage.scratch_steps; });
 
@@ -480,6 +555,53 @@ void bind_ops(nb::module_& m) {
       "A_log"_a.none() = nb::none(), "dt_bias"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
       "SPEC §1, §3: layer `layer`'s verify of `rows` rows with the indices of the last build_indices. With the gate "
       "in the kernel, A_log [HV] and dt_bias [HV * K] or [HV, K] (float32) are required; otherwise unused.");
+  m.def(
+      "conv_layer",
+      [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, int32_t layer, nb::handle x_,
+         nb::handle weight_, nb::handle bias_, nb::handle q_, nb::handle k_, nb::handle v_, nb::handle stream) {
+        require_backend_match(st, idx);
+        const ModelShape& md = spec.spec.model;
+        const ConvShape& conv = spec.spec.conv;
+        if (conv.width == 0) throw InvalidArgument("spec", "spec has no conv (conv_width = 0)");
+        const int64_t T = spec.spec.tokens;
+        const Elem io = io_elem(spec.spec);
+        auto place = [&](const Array& a) { require_same_place(a, st.pool.arrays[0]); };
+        const Array x = take(x_, "x");
+        require_elem(x, {io});
+        require_shape(x, {-1, T, conv.channels});
+        place(x);
+        if (x.dim(0) < rows) throw InvalidArgument("x", "x holds " + std::to_string(x.dim(0)) + " rows; the round has " + std::to_string(rows));
+        auto output = [&](nb::handle obj, const char* name, std::initializer_list<int64_t> shape) {
+          Array a = take(obj, name);
+          require_elem(a, {io});
+          require_shape(a, shape);
+          place(a);
+          return a;
+        };
+        const Array q = output(q_, "q", {x.dim(0), T, md.heads, md.head_k});
+        const Array k = output(k_, "k", {x.dim(0), T, md.heads, md.head_k});
+        const Array v = output(v_, "v", {x.dim(0), T, md.value_heads, md.head_v});
+        const Array weight = take(weight_, "weight");
+        require_elem(weight, {Elem::f32});
+        require_shape(weight, {conv.channels, conv.width});
+        place(weight);
+        const Array bias = take_optional(bias_, "bias");
+        if (bias.data != nullptr) {
+          require_elem(bias, {Elem::f32});
+          require_shape(bias, {conv.channels});
+          place(bias);
+        }
+        const ConvLayerInputs in = conv_into_verify_inputs(spec.spec, x.data, weight.as<const float>(),
+                                                           bias.as<const float>(), q.data, k.data, v.data);
+        const Stream s = resolve_stream(st.backend, stream, x_);
+        nb::gil_scoped_release release;
+        ops::conv_layer(s, spec.spec, st.storage, idx.idx, rows, layer, in);
+      },
+      "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "layer"_a, "x"_a, "weight"_a,
+      "bias"_a.none() = nb::none(), "q"_a, "k"_a, "v"_a, "stream"_a.none() = nb::none(),
+      "SPEC §9: layer `layer`'s short convolution of `rows` rows with the indices of the last build_indices, before "
+      "its verify_layer: x [rows, T, C] (the q, k, v projections concatenated), weight [C, W] and bias [C] float32, "
+      "into q [rows, T, H, K], k and v [rows, T, HV, V], the arrays that verify_layer then reads.");
   m.def(
       "accept",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle accepted_, nb::handle stream) {

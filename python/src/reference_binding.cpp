@@ -34,10 +34,11 @@ nb::object numpy_bytes_as_f32(const std::vector<uint8_t>& bytes, std::vector<siz
   return numpy_f32(std::move(values), std::move(shape));
 }
 
-// Layer `layer`'s inputs of round `round` for the batch `slots`, as the host engine generates them.
+// Layer `layer`'s inputs of round `round` for the batch `slots`, as the host engine generates them; with
+// `conv`, the pre-conv projections x [N, T, C] stand where q, k and v would (SPEC §9).
 nb::dict synthetic_inputs(uint64_t seed, uint32_t round, const std::vector<int32_t>& slots, int32_t layer,
                           int32_t tokens, int32_t heads, int32_t value_heads, int32_t head_k, int32_t head_v,
-                          bool raw_gate, bool beta_logit) {
+                          bool raw_gate, bool beta_logit, bool conv) {
   SyntheticInputParams p;
   p.seed = seed;
   p.layer = layer;
@@ -54,9 +55,13 @@ nb::dict synthetic_inputs(uint64_t seed, uint32_t round, const std::vector<int32
     return out;
   };
   nb::dict d;
-  d["q"] = numpy_f32(fill(SyntheticField::q, H * K), {N, T, H, K});
-  d["k"] = numpy_f32(fill(SyntheticField::k, H * K), {N, T, H, K});
-  d["v"] = numpy_f32(fill(SyntheticField::v, HV * V), {N, T, HV, V});
+  if (conv) {
+    d["x"] = numpy_f32(fill(SyntheticField::conv_x, 2 * H * K + HV * V), {N, T, 2 * H * K + HV * V});
+  } else {
+    d["q"] = numpy_f32(fill(SyntheticField::q, H * K), {N, T, H, K});
+    d["k"] = numpy_f32(fill(SyntheticField::k, H * K), {N, T, H, K});
+    d["v"] = numpy_f32(fill(SyntheticField::v, HV * V), {N, T, HV, V});
+  }
   d["g"] = numpy_f32(fill(SyntheticField::g, HV * K), {N, T, HV, K});
   d["beta"] = numpy_f32(fill(SyntheticField::beta, HV), {N, T, HV});
   return d;
@@ -79,14 +84,37 @@ nb::tuple synthetic_gate(uint64_t seed, int32_t layer, int32_t value_heads, int3
                         numpy_f32(std::move(dt_bias), {size_t(value_heads) * head_k}));
 }
 
+// A layer's conv weights [C, W], as the host engine makes them (no bias, as Kimi-Linear).
+nb::object synthetic_conv_weight_of(uint64_t seed, int32_t layer, int32_t channels, int32_t width) {
+  std::vector<float> w(size_t(channels) * size_t(width));
+  for (size_t e = 0; e < w.size(); ++e) w[e] = synthetic_conv_weight(seed, uint32_t(layer), uint32_t(e));
+  return numpy_f32(std::move(w), {size_t(channels), size_t(width)});
+}
+
+// The conv window [L, W - 1, C] request `request` joins with, fp32 (synthetic_state_element's second part).
+nb::object synthetic_conv_window(uint64_t seed, uint32_t request, int32_t layers, int32_t width, int32_t channels) {
+  SyntheticStateParams p;
+  p.seed = seed;
+  p.request = request;
+  p.layers = layers;
+  p.slot_elems = 0;
+  p.window_elems = int64_t(width - 1) * channels;
+  std::vector<float> out(size_t(layers) * size_t(p.window_elems));
+  p.io_dtype = DType::f32;
+  p.conv_window = out.data();
+  for (int64_t i = 0; i < synthetic_state_elements(p); ++i) synthetic_state_element(p, i);
+  return numpy_f32(std::move(out), {size_t(layers), size_t(width - 1), size_t(channels)});
+}
+
 // `rounds` rounds of the host engine with a fixed batch (no retirements), fp32 io and state, outputs kept;
-// then every request retires. Returns (outputs per round [L, n, T, HV, V], batch per round,
-// [(request, slot, state [L, HV, V, K])] in retirement order).
+// then every request retires. With conv_width > 0 the layers have the short convolution (SPEC §9). Returns
+// (outputs per round [L, n, T, HV, V], batch per round, [(request, slot, state [L, HV, V, K], conv window
+// [L, W - 1, C] or None)] in retirement order).
 nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t heads, int32_t value_heads,
                           int32_t head_k, int32_t head_v, int32_t tokens, int32_t slots, int32_t scratch_steps,
                           int32_t batch, nb::handle mode, const std::string& exec, bool l2norm_qk,
                           const std::string& gate, bool beta_is_logit, double accept_rate, uint64_t seed,
-                          int32_t rounds) {
+                          int32_t rounds, int32_t conv_width, nb::handle conv_activation) {
   HostEngineConfig c;
   c.verifier.backend = backend_from(backend);
   c.verifier.model = ModelShape{layers, heads, value_heads, head_k, head_v};
@@ -98,6 +126,7 @@ nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t he
   c.verifier.options.l2norm_qk = l2norm_qk;
   c.verifier.options.gate = gate_from(gate);
   c.verifier.options.beta_is_logit = beta_is_logit;
+  c.verifier.conv = conv_shape(c.verifier.model, conv_width, conv_activation);
   c.runner.exec = exec == "eager" ? Exec::eager : Exec::graph;
   c.batch = batch;
   c.accept_rate = accept_rate;
@@ -122,10 +151,15 @@ nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t he
                                                     size_t(value_heads), size_t(head_v)}));
     batches.append(nb::cast(rec.slots));
   }
-  for (const RetiredRequest& r : retired)
+  for (const RetiredRequest& r : retired) {
+    const size_t C = size_t(c.verifier.conv.channels);
+    nb::object window = conv_width > 0 ? numpy_bytes_as_f32(r.conv_window, {size_t(layers), size_t(conv_width - 1), C})
+                                       : nb::none();
     states.append(nb::make_tuple(r.request, r.slot,
                                  numpy_bytes_as_f32(r.state, {size_t(layers), size_t(value_heads), size_t(head_v),
-                                                              size_t(head_k)})));
+                                                              size_t(head_k)}),
+                                 window));
+  }
   return nb::make_tuple(outputs, batches, states);
 }
 
@@ -133,7 +167,9 @@ nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t he
 
 void bind_reference(nb::module_& m) {
   m.def("synthetic_inputs", &synthetic_inputs, "seed"_a, "round"_a, "slots"_a, "layer"_a, "tokens"_a, "heads"_a,
-        "value_heads"_a, "head_k"_a, "head_v"_a, "raw_gate"_a, "beta_logit"_a);
+        "value_heads"_a, "head_k"_a, "head_v"_a, "raw_gate"_a, "beta_logit"_a, "conv"_a = false);
+  m.def("synthetic_conv_weight", &synthetic_conv_weight_of, "seed"_a, "layer"_a, "channels"_a, "width"_a);
+  m.def("synthetic_conv_window", &synthetic_conv_window, "seed"_a, "request"_a, "layers"_a, "width"_a, "channels"_a);
   m.def("synthetic_state", &synthetic_state_of, "seed"_a, "request"_a, "layers"_a, "value_heads"_a, "head_v"_a, "head_k"_a);
   m.def("synthetic_gate", &synthetic_gate, "seed"_a, "layer"_a, "value_heads"_a, "head_k"_a);
   m.def(
@@ -144,7 +180,8 @@ void bind_reference(nb::module_& m) {
       "seed"_a, "round"_a, "slot"_a, "tokens"_a, "accept_rate"_a);
   m.def("run_host_engine", &run_host_engine, nb::kw_only(), "backend"_a, "layers"_a, "heads"_a, "value_heads"_a,
         "head_k"_a, "head_v"_a, "tokens"_a, "slots"_a, "scratch_steps"_a, "batch"_a, "mode"_a, "exec"_a = "graph",
-        "l2norm_qk"_a, "gate"_a, "beta_is_logit"_a, "accept_rate"_a, "seed"_a, "rounds"_a);
+        "l2norm_qk"_a, "gate"_a, "beta_is_logit"_a, "accept_rate"_a, "seed"_a, "rounds"_a, "conv_width"_a = 0,
+        "conv_activation"_a.none() = "silu");
 }
 
 }  // namespace kdagraph::python

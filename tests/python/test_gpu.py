@@ -81,7 +81,7 @@ def test_the_cuda_host_engine_matches_the_cpu_one(rng):
     gpu_out, _, gpu_states = ref.run_host_engine(backend="cuda", **kw)
     for r, (a, b) in enumerate(zip(gpu_out, cpu_out)):
         assert rel_error(a, b) <= 1e-5, f"round {r}"
-    for (_, _, a), (_, _, b) in zip(gpu_states, cpu_states):
+    for (_, _, a, _), (_, _, b, _) in zip(gpu_states, cpu_states):
         assert rel_error(a, b) <= 1e-5
 
 

@@ -7,55 +7,85 @@ import pytest
 
 import kdagraph
 
+
+def ml_bf16():
+    return pytest.importorskip("ml_dtypes").bfloat16
+
 L, H, HV, K, V, T, S, P, N = 2, 1, 2, 16, 16, 3, 4, 5, 3
 
 
-def fresh_inputs(rng):
+C = 2 * H * K + HV * V  # the conv's channels
+
+
+def fresh_inputs(rng, conv_width=0):
+    """One round's inputs per layer; with a conv, x [N, T, C] stands where q, k and v would."""
     u = lambda lo, hi, *shape: rng.uniform(lo, hi, shape).astype(np.float32)
-    return [dict(q=u(-1, 1, N, T, H, K), k=u(-1, 1, N, T, H, K), v=u(-1, 1, N, T, HV, V),
-                 g=u(-0.6, -0.01, N, T, HV, K), beta=u(0.05, 0.95, N, T, HV)) for _ in range(L)]
+    layers = []
+    for _ in range(L):
+        d = dict(g=u(-0.6, -0.01, N, T, HV, K), beta=u(0.05, 0.95, N, T, HV))
+        if conv_width:
+            d.update(x=u(-1, 1, N, T, C))
+        else:
+            d.update(q=u(-1, 1, N, T, H, K), k=u(-1, 1, N, T, H, K), v=u(-1, 1, N, T, HV, V))
+        layers.append(d)
+    return layers
 
 
+@pytest.mark.parametrize("conv_width", [0, 3], ids=["no-conv", "conv3"])
 @pytest.mark.parametrize("layout", ["sglang", "per-layer"])
 @pytest.mark.parametrize("mode", ["fused-accept", "two-phase", "replay"])
-def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout):
+def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv_width):
+    """With a conv (SPEC §9) conv_layer makes q, k and v from x before each verify_layer, over the caller's
+    conv state (and two-phase conv scratch); outputs, q, k, v, pools and conv windows all bitwise."""
+    W = conv_width
     spec = kdagraph.RoundSpec(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T, mode=mode,
-                              l2norm_qk=True)
+                              l2norm_qk=True, conv_width=W)
     verifier = kdagraph.Verifier(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, slots=P, scratch_steps=S,
-                                 max_rows=N, tokens=T, mode=mode, l2norm_qk=True)
+                                 max_rows=N, tokens=T, mode=mode, l2norm_qk=True, conv_width=W)
     buffers = [dict(q=np.zeros((N, T, H, K), np.float32), k=np.zeros((N, T, H, K), np.float32),
                     v=np.zeros((N, T, HV, V), np.float32), g=np.zeros((N, T, HV, K), np.float32),
                     beta=np.zeros((N, T, HV), np.float32), o=np.zeros((N, T, HV, V), np.float32)) for _ in range(L)]
+    weights = [rng.uniform(-0.6, 0.6, (C, W)).astype(np.float32) for _ in range(L)] if W else []
+    for l, w in enumerate(weights):
+        buffers[l].update(x=np.zeros((N, T, C), np.float32), weight=w)
     runner = kdagraph.GraphRunner(verifier, buffers, exec="eager")
 
+    per_layer = lambda a: [np.ascontiguousarray(a[l]) for l in range(L)] if layout == "per-layer" else a
+    at_layer = lambda arg, l: arg[l]  # one layer of either form (a view of the caller's memory)
     states = rng.uniform(-0.5, 0.5, (P, L, HV, V, K)).astype(np.float32)
-    pool = np.full((L, P + 1, HV, V, K), 7.0, np.float32)  # SGLang: slot P is padding, never named
-    scratch = np.zeros((L, P * S, HV, V, K), np.float32)
-    if layout == "per-layer":
-        pool_arg = [np.ascontiguousarray(pool[l]) for l in range(L)]
-        scratch_arg = [np.ascontiguousarray(scratch[l]) for l in range(L)]
-    else:
-        pool_arg, scratch_arg = pool, scratch
+    pool_arg = per_layer(np.full((L, P + 1, HV, V, K), 7.0, np.float32))  # SGLang: slot P is padding, never named
+    scratch_arg = per_layer(np.zeros((L, P * S, HV, V, K), np.float32))
     accept_len = np.zeros(P, np.int32)
     extra = {}
     if mode == "replay":
         extra = dict(token_cache=np.zeros((L, 2 * P, spec.token_cache_row_stride), np.float32),
                      cache_parity=np.zeros(P, np.int32))
+    if W:
+        columns = spec.conv_state_row_elems(S) // C
+        assert columns == (W - 1 if mode == "two-phase" else W - 2 + S)
+        extra["conv_state"] = per_layer(np.full((L, P + 1, columns, C), 5.0, np.float32))
+        if mode == "two-phase":
+            assert spec.conv_scratch_row_elems == (W - 1) * C
+            extra["conv_scratch"] = per_layer(np.zeros((L, P * S, W - 1, C), np.float32))
     storage = kdagraph.SlotStorage(spec, pool=pool_arg, accept_len=accept_len, scratch_steps=S,
                                    scratch=None if mode == "replay" else scratch_arg, **extra)
     index_storage = np.full(kdagraph.round_index_elems(N, T), 99, np.int32)
     indices = kdagraph.RoundIndices(index_storage, N, T)
-    pool_layer = (lambda l: pool_arg[l]) if layout == "per-layer" else (lambda l: pool[l])
+    windows = rng.uniform(-1, 1, (P, L, max(W - 1, 1), C)).astype(np.float32)
     for slot in range(P):
-        verifier.prefill(slot, states[slot])
+        verifier.prefill(slot, states[slot], conv_window=windows[slot] if W else None)
         for l in range(L):
-            pool_layer(l)[slot] = states[slot, l]
+            at_layer(pool_arg, l)[slot] = states[slot, l]
+            if W:
+                at_layer(extra["conv_state"], l)[slot, :W - 1] = windows[slot, l]
 
     outputs = [np.zeros((N, T, HV, V), np.float32) for _ in range(L)]
+    conv_out = [dict(q=np.zeros((N, T, H, K), np.float32), k=np.zeros((N, T, H, K), np.float32),
+                     v=np.zeros((N, T, HV, V), np.float32)) for _ in range(L)]
     for r in range(8):
         batch = rng.permutation(P)[:N].astype(np.int32)
         runner.set_batch(batch.tolist())
-        inputs = fresh_inputs(rng)
+        inputs = fresh_inputs(rng, W)
         for l in range(L):
             for name, x in inputs[l].items():
                 buffers[l][name][...] = x
@@ -63,7 +93,16 @@ def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout):
         kdagraph.build_indices(spec, storage, indices, slots=batch, n_real=np.array([N], np.int32), rows=N)
         for l in range(L):
             outputs[l][...] = np.nan
-            kdagraph.verify_layer(spec, storage, indices, rows=N, layer=l, o=outputs[l], **inputs[l])
+            layer_in = dict(inputs[l])
+            if W:
+                for a in conv_out[l].values():
+                    a[...] = np.nan
+                kdagraph.conv_layer(spec, storage, indices, rows=N, layer=l, x=layer_in.pop("x"), weight=weights[l],
+                                    **conv_out[l])
+                for name, a in conv_out[l].items():
+                    assert np.array_equal(a, buffers[l][name]), f"round {r} layer {l}: conv output {name}"
+                layer_in.update(conv_out[l])
+            kdagraph.verify_layer(spec, storage, indices, rows=N, layer=l, o=outputs[l], **layer_in)
             assert np.array_equal(outputs[l], buffers[l]["o"]), f"round {r} layer {l}"
         accepted = rng.integers(1, T + 1, N).astype(np.int32)
         runner.accept(accepted)
@@ -77,13 +116,20 @@ def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout):
     kdagraph.materialize(spec, storage, slots=all_slots)
     verifier.materialize(all_slots.tolist())
     want = np.empty((L, HV, V, K), np.float32)
+    want_window = np.empty(verifier.conv_window_shape, np.float32)
     for slot in range(P):
         verifier.read_pool(slot, want)
-        got = np.stack([pool_layer(l)[slot] for l in range(L)])
+        got = np.stack([at_layer(pool_arg, l)[slot] for l in range(L)])
         assert np.array_equal(got, want), f"slot {slot}"
+        if W:
+            verifier.read_conv_window(slot, want_window)
+            got = np.stack([at_layer(extra["conv_state"], l)[slot, :W - 1] for l in range(L)])
+            assert np.array_equal(got, want_window), f"slot {slot}: conv window"
     assert (accept_len == 0).all()
     if layout == "sglang":
-        assert (pool[:, P] == 7.0).all(), "the padding slot is never written"
+        assert (pool_arg[:, P] == 7.0).all(), "the padding slot is never written"
+        if W:
+            assert (extra["conv_state"][:, P] == 5.0).all(), "the padding slot's conv state is never written"
 
 
 def test_storage_refuses_bad_arrays_by_name():
@@ -91,6 +137,7 @@ def test_storage_refuses_bad_arrays_by_name():
     good = dict(pool=np.zeros((L, P, HV, V, K), np.float32), accept_len=np.zeros(P, np.int32), scratch_steps=S,
                 scratch=np.zeros((L, P * S, HV, V, K), np.float32))
     for argument, change in [("pool", dict(pool=np.zeros((L + 1, P, HV, V, K), np.float32))),
+                             ("conv_state", dict(conv_state=np.zeros((L, P, 3, C), np.float32))),
                              ("pool[1]", dict(pool=[np.zeros((P, HV, V, K), np.float32), np.zeros((P, HV, V, 2), np.float32)])),
                              ("accept_len", dict(accept_len=np.zeros(P, np.float32))),
                              ("scratch", dict(scratch=None)),
@@ -108,6 +155,78 @@ def test_storage_refuses_bad_arrays_by_name():
             spec, kdagraph.SlotStorage(spec, **{**good, "scratch_steps": T - 1}), indices,
             slots=np.zeros(N, np.int32), n_real=np.array([N], np.int32), rows=N)
     assert e.value.argument == "storage.scratch_steps"
+
+
+def conv_storage(mode, W=4, **changes):
+    spec = kdagraph.RoundSpec(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T, mode=mode, conv_width=W)
+    columns = spec.conv_state_row_elems(S) // C
+    kw = dict(pool=np.zeros((L, P, HV, V, K), np.float32), accept_len=np.zeros(P, np.int32), scratch_steps=S,
+              scratch=np.zeros((L, P * S, HV, V, K), np.float32), conv_state=np.zeros((L, P, columns, C), np.float32))
+    if mode == "two-phase":
+        kw["conv_scratch"] = np.zeros((L, P * S, W - 1, C), np.float32)
+    kw.update(changes)
+    return spec, kw
+
+
+@pytest.mark.parametrize("argument,mode,change", [
+    ("conv_state", "fused-accept", dict(conv_state=None)),
+    ("conv_state", "fused-accept", dict(conv_state=np.zeros((L, P, 4 - 1, C), np.float32))),  # two-phase's columns
+    ("conv_state", "fused-accept", dict(conv_state=np.zeros((L, P, 4 - 2 + S, C), np.float64))),
+    ("conv_state[1]", "fused-accept", dict(conv_state=[np.zeros((P, 4 - 2 + S, C), np.float32),
+                                                       np.zeros((P, 4 - 2 + S, C + 1), np.float32)])),
+    ("conv_scratch", "fused-accept", dict(conv_scratch=np.zeros((L, P * S, 3, C), np.float32))),
+    ("conv_scratch", "two-phase", dict(conv_scratch=None)),
+    ("conv_scratch", "two-phase", dict(conv_scratch=np.zeros((L, P * S, 2, C), np.float32))),
+])
+def test_conv_storage_is_refused_by_name(argument, mode, change):
+    spec, kw = conv_storage(mode, **change)
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.SlotStorage(spec, **kw)
+    assert e.value.argument == argument, str(e.value)
+
+
+def test_conv_state_without_a_conv_and_bad_conv_shapes_are_refused():
+    spec = kdagraph.RoundSpec(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T)
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.SlotStorage(spec, pool=np.zeros((L, P, HV, V, K), np.float32), accept_len=np.zeros(P, np.int32),
+                             scratch_steps=S, scratch=np.zeros((L, P * S, HV, V, K), np.float32),
+                             conv_state=np.zeros((L, P, 7, C), np.float32))
+    assert e.value.argument == "conv_state"
+    for width in (1, 5, -1):
+        with pytest.raises(kdagraph.InvalidArgument) as e:
+            kdagraph.RoundSpec(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T, conv_width=width)
+        assert e.value.argument == "conv_width"
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.Verifier(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, slots=P, scratch_steps=S, max_rows=N,
+                          tokens=T, conv_width=4, conv_activation="gelu")
+    assert e.value.argument == "conv_activation"
+    spec = kdagraph.RoundSpec(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T, conv_width=2,
+                              conv_activation=None)
+    assert (spec.conv_width, spec.conv_channels, spec.conv_activation) == (2, C, "none")
+
+
+@pytest.mark.parametrize("argument,change", [
+    ("x", dict(x=np.zeros((N, T, C + 1), np.float32))),
+    ("x", dict(x=np.zeros((N - 1, T, C), np.float32))),
+    ("weight", dict(weight=np.zeros((C, 3), np.float32))),
+    ("weight", dict(weight=np.zeros((C, 4), np.float64))),
+    ("bias", dict(bias=np.zeros(C - 1, np.float32))),
+    ("q", dict(q=np.zeros((N, T, H, K + 1), np.float32))),
+    ("v", dict(v=np.zeros((N, T, HV, V), ml_bf16()))),
+])
+def test_conv_layer_refuses_bad_arrays_by_name(argument, change):
+    spec, kw = conv_storage("fused-accept")
+    storage = kdagraph.SlotStorage(spec, **kw)
+    indices = kdagraph.RoundIndices(np.zeros(kdagraph.round_index_elems(N, T), np.int32), N, T)
+    kdagraph.build_indices(spec, storage, indices, slots=np.arange(N, dtype=np.int32), n_real=np.array([N], np.int32), rows=N)
+    args = dict(x=np.zeros((N, T, C), np.float32), weight=np.zeros((C, 4), np.float32),
+                q=np.zeros((N, T, H, K), np.float32), k=np.zeros((N, T, H, K), np.float32),
+                v=np.zeros((N, T, HV, V), np.float32))
+    kdagraph.conv_layer(spec, storage, indices, rows=N, layer=0, **args)
+    args.update(change)
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.conv_layer(spec, storage, indices, rows=N, layer=0, **args)
+    assert e.value.argument == argument, str(e.value)
 
 
 def test_the_gate_parameters_of_the_ops_are_checked():
@@ -141,15 +260,16 @@ def test_the_gate_parameters_of_the_ops_are_checked():
     kdagraph.materialize(spec, storage, slots=slots, gates=[pair] * L)
 
 
-def test_the_runner_checks_each_layers_gate_parameters():
+def test_the_runner_checks_each_layers_gate_and_conv_inputs():
     v = kdagraph.Verifier(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, slots=P, scratch_steps=S, max_rows=N,
-                          tokens=T, gate="softplus")
+                          tokens=T, gate="softplus", conv_width=4)
     z = lambda *shape: np.zeros(shape, np.float32)
     layer = lambda: dict(q=z(N, T, H, K), k=z(N, T, H, K), v=z(N, T, HV, V), g=z(N, T, HV, K), beta=z(N, T, HV),
-                         o=z(N, T, HV, V), A_log=z(HV), dt_bias=z(HV, K))
+                         o=z(N, T, HV, V), A_log=z(HV), dt_bias=z(HV, K), x=z(N, T, C), weight=z(C, 4), bias=z(C))
     kdagraph.GraphRunner(v, [layer() for _ in range(L)])
     for argument, key, bad in [("inputs[1]['A_log']", "A_log", z(1, HV)), ("inputs[1]['dt_bias']", "dt_bias", z(K, HV)),
-                               ("inputs[1]['A_log']", "A_log", None)]:
+                               ("inputs[1]['x']", "x", z(N, T, C - 1)), ("inputs[1]['weight']", "weight", z(C, 3)),
+                               ("inputs[1]['bias']", "bias", z(C, 1)), ("inputs[1]['x']", "x", None)]:
         inputs = [layer() for _ in range(L)]
         if bad is None:
             del inputs[1][key]
@@ -158,3 +278,33 @@ def test_the_runner_checks_each_layers_gate_parameters():
         with pytest.raises(kdagraph.InvalidArgument) as e:
             kdagraph.GraphRunner(v, inputs)
         assert e.value.argument == argument, str(e.value)
+    plain = kdagraph.Verifier(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, slots=P, scratch_steps=S,
+                              max_rows=N, tokens=T, gate="softplus")
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.GraphRunner(plain, [layer() for _ in range(L)])
+    assert e.value.argument == "inputs[0]['x']"
+
+
+def test_the_verifier_conv_state_and_windows(rng):
+    v = kdagraph.Verifier(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, slots=P, scratch_steps=S, max_rows=N,
+                          tokens=T, conv_width=4)
+    assert v.conv_window_shape == (L, 3, C) and v.conv_state.shape == (L, P, 4 - 2 + S, C)
+    window = rng.uniform(-1, 1, (L, 3, C)).astype(np.float32)
+    states = np.zeros((L, HV, V, K), np.float32)
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        v.prefill(1, states)
+    assert e.value.argument == "conv_window"
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        v.prefill(1, states, conv_window=window[:, :2].copy())
+    assert e.value.argument == "conv_window"
+    v.prefill(1, states, conv_window=window)
+    assert np.array_equal(v.conv_state[:, 1, :3], window), "the prefill wrote columns [0, W - 1), zero-copy view"
+    out = np.empty_like(window)
+    v.read_conv_window(1, out)
+    assert np.array_equal(out, window)
+    plain = kdagraph.Verifier(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, slots=P, scratch_steps=S,
+                              max_rows=N, tokens=T)
+    assert plain.conv_state is None and plain.conv_width == 0
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        plain.prefill(1, states, conv_window=window)
+    assert e.value.argument == "conv_window"

@@ -15,7 +15,9 @@ def test_the_extension_has_stubs_that_name_its_api():
     assert os.path.isfile(stub), "the wheel installs _kdagraph.pyi"
     text = open(stub).read()
     for name in ("class Verifier", "class GraphRunner", "class RoundSpec", "class SlotStorage",
-                 "def build_indices", "def materialize", "class Mode"):
+                 "def build_indices", "def materialize", "class Mode", "def conv_layer", "def conv_state_row_elems",
+                 "conv_width: int = 0", "conv_state: object | None = None", "conv_window: object | None = None",
+                 "def read_conv_window"):
         assert name in text, f"{name} is missing from the stubs"
     for name in dir(kdagraph._kdagraph):  # every public name of the extension is stubbed
         if not name.startswith("_") and name not in ("built_with_cuda",):

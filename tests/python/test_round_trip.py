@@ -1,7 +1,8 @@
 """A Verifier and a GraphRunner driven from Python for 60 rounds, bitwise equal to the C++ host engine
 (SPEC §8) with the same seed: the same requests in the same slots, the same synthetic inputs, gate
-parameters and accept lengths; every round's outputs and, after materialize, every state compared bit
-for bit, in every mode. The runner replays its CPU graph; the engine runs its own."""
+parameters, conv weights and windows, and accept lengths; every round's outputs and, after materialize,
+every state and conv window compared bit for bit, in every mode, without and with the short convolution
+(SPEC §9). The runner replays its CPU graph; the engine runs its own."""
 
 import numpy as np
 import pytest
@@ -14,51 +15,77 @@ T, S, P, BATCH, ROUNDS = 3, 4, 5, 3, 60
 OPTIONS = dict(l2norm_qk=True, gate="softplus", beta_is_logit=True)
 
 
+def round_inputs(seed, layer, N, conv_width):
+    """One layer's arrays for a runner of N rows, zeroed (poisoned before each round), with the engine's gate
+    parameters and, with a conv, its weights."""
+    L, H, HV, K, V = (SHAPE[x] for x in ("layers", "heads", "value_heads", "head_k", "head_v"))
+    a_log, dt_bias = ref.synthetic_gate(seed, layer, HV, K)
+    d = dict(q=np.zeros((N, T, H, K), np.float32), k=np.zeros((N, T, H, K), np.float32),
+             v=np.zeros((N, T, HV, V), np.float32), g=np.zeros((N, T, HV, K), np.float32),
+             beta=np.zeros((N, T, HV), np.float32), o=np.zeros((N, T, HV, V), np.float32), A_log=a_log, dt_bias=dt_bias)
+    if conv_width:
+        C = 2 * H * K + HV * V
+        d.update(x=np.zeros((N, T, C), np.float32), weight=ref.synthetic_conv_weight(seed, layer, C, conv_width))
+    return d
+
+
+@pytest.mark.parametrize("conv_width", [0, 4, 2], ids=["no-conv", "conv4", "conv2"])
 @pytest.mark.parametrize("mode", ["fused-accept", "two-phase", "replay"])
-def test_python_rounds_equal_the_cpp_host_engine_bitwise(rng, mode):
+def test_python_rounds_equal_the_cpp_host_engine_bitwise(rng, mode, conv_width):
+    """With a conv (SPEC §9) the runner's inputs are the pre-conv projections x: each layer's conv writes q,
+    k and v (poisoned before every round, so an element it misses shows), and after materialize each
+    request's conv window is compared too."""
     seed = int(rng.integers(1, 2**62))
     rate = float(rng.uniform(0.4, 0.9))
     outputs, batches, retired = ref.run_host_engine(backend="cpu", **SHAPE, tokens=T, slots=P, scratch_steps=S,
                                                     batch=BATCH, mode=mode, accept_rate=rate, seed=seed,
-                                                    rounds=ROUNDS, **OPTIONS)
+                                                    rounds=ROUNDS, conv_width=conv_width, **OPTIONS)
     assert len(outputs) == ROUNDS and all(b == list(range(BATCH)) for b in batches)
 
     L, H, HV, K, V = (SHAPE[x] for x in ("layers", "heads", "value_heads", "head_k", "head_v"))
+    C = 2 * H * K + HV * V
     verifier = kdagraph.Verifier(backend="cpu", **SHAPE, slots=P, scratch_steps=S, max_rows=BATCH, tokens=T,
-                                 mode=mode, **OPTIONS)
-    inputs = []
-    for layer in range(L):
-        a_log, dt_bias = ref.synthetic_gate(seed, layer, HV, K)
-        inputs.append(dict(q=np.zeros((BATCH, T, H, K), np.float32), k=np.zeros((BATCH, T, H, K), np.float32),
-                           v=np.zeros((BATCH, T, HV, V), np.float32), g=np.zeros((BATCH, T, HV, K), np.float32),
-                           beta=np.zeros((BATCH, T, HV), np.float32), o=np.zeros((BATCH, T, HV, V), np.float32),
-                           A_log=a_log, dt_bias=dt_bias))
+                                 mode=mode, conv_width=conv_width, **OPTIONS)
+    inputs = [round_inputs(seed, layer, BATCH, conv_width) for layer in range(L)]
     runner = kdagraph.GraphRunner(verifier, inputs)
     slots = list(range(BATCH))
     for request, slot in enumerate(slots):  # the engine's requests 0, 1, ... join slots 0, 1, ...
-        verifier.prefill(slot, ref.synthetic_state(seed, request, L, HV, V, K))
+        window = ref.synthetic_conv_window(seed, request, L, conv_width, C) if conv_width else None
+        verifier.prefill(slot, ref.synthetic_state(seed, request, L, HV, V, K), conv_window=window)
     runner.capture()
     assert runner.captured
     runner.set_batch(slots)
     assert runner.rows == BATCH
     accepted = np.zeros(BATCH, np.int32)
+    written = ("o", "q", "k", "v") if conv_width else ("o",)
     for r in range(ROUNDS):
         for layer in range(L):
-            fresh = ref.synthetic_inputs(seed, r, slots, layer, T, H, HV, K, V, True, True)
+            fresh = ref.synthetic_inputs(seed, r, slots, layer, T, H, HV, K, V, True, True, conv=bool(conv_width))
             for name, x in fresh.items():
                 inputs[layer][name][...] = x  # in place: the graph points at these arrays
-            inputs[layer]["o"][...] = np.nan
+            for name in written:
+                inputs[layer][name][...] = np.nan
         runner.run_round()
+        for layer in range(L):
+            for name in written:
+                assert not np.isnan(inputs[layer][name]).any(), f"round {r} layer {layer}: {name} not fully written"
         accepted[:] = [ref.synthetic_accept_length(seed, r, s, T, rate) for s in slots]
         runner.accept(accepted)
         got = np.stack([inputs[layer]["o"] for layer in range(L)])
         assert np.array_equal(got.view(np.uint32), outputs[r].view(np.uint32)), f"round {r}: outputs differ"
     verifier.materialize(slots)
     state = np.empty((L, HV, V, K), np.float32)
-    assert sorted(s for _, s, _ in retired) == slots
-    for request, slot, want in retired:
+    window = np.empty(verifier.conv_window_shape, np.float32)
+    assert sorted(s for _, s, _, _ in retired) == slots
+    for request, slot, want, want_window in retired:
         verifier.read_pool(slot, state)
         assert np.array_equal(state.view(np.uint32), want.view(np.uint32)), f"slot {slot}: materialized state differs"
+        if conv_width:
+            verifier.read_conv_window(slot, window)
+            assert np.array_equal(window.view(np.uint32), want_window.view(np.uint32)), f"slot {slot}: conv window differs"
+            assert np.array_equal(verifier.conv_state[:, slot, :conv_width - 1], window), "conv_state is the same memory"
+        else:
+            assert want_window is None
     assert verifier.device_errors()["count"] == 0
 
 
@@ -69,13 +96,7 @@ def test_a_wrong_accept_length_is_seen(rng):
                                         mode="fused-accept", accept_rate=rate, seed=seed, rounds=3, **OPTIONS)
     L, H, HV, K, V = (SHAPE[x] for x in ("layers", "heads", "value_heads", "head_k", "head_v"))
     verifier = kdagraph.Verifier(**SHAPE, slots=P, scratch_steps=S, max_rows=1, tokens=T, **OPTIONS)
-    inputs = []
-    for layer in range(L):
-        a_log, dt_bias = ref.synthetic_gate(seed, layer, HV, K)
-        inputs.append(dict(q=np.zeros((1, T, H, K), np.float32), k=np.zeros((1, T, H, K), np.float32),
-                           v=np.zeros((1, T, HV, V), np.float32), g=np.zeros((1, T, HV, K), np.float32),
-                           beta=np.zeros((1, T, HV), np.float32), o=np.zeros((1, T, HV, V), np.float32),
-                           A_log=a_log, dt_bias=dt_bias))
+    inputs = [round_inputs(seed, layer, 1, 0) for layer in range(L)]
     runner = kdagraph.GraphRunner(verifier, inputs, exec="eager")
     verifier.prefill(0, ref.synthetic_state(seed, 0, L, HV, V, K))
     runner.set_batch([0])
