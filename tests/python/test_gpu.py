@@ -85,6 +85,26 @@ def test_the_cuda_host_engine_matches_the_cpu_one(rng):
         assert rel_error(a, b) <= 1e-5
 
 
+
+def test_short_conv_on_cuda_matches_the_cpu_backend(rng):
+    """The same conv arithmetic on both backends (SPEC §9), on torch's current stream, state in place."""
+    gpu_or_skip()
+    torch = torch_or_skip()
+    from test_short_conv import ConvCase
+
+    c = ConvCase(rng, W=4, C=200, S=5, T=3)
+    d = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()
+    state, x, weight, bias = d(c.state), d(c.x), d(c.weight), d(c.bias)
+    indices, accepted = d(c.indices), d(c.accepted)
+    want = c.run()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y = kdagraph.short_conv(x, state, weight, bias, state_indices=indices, num_accepted_tokens=accepted)
+    stream.synchronize()
+    assert rel_error(y.cpu().numpy(), want) <= 1e-6
+    assert np.array_equal(state.cpu().numpy(), c.state), "the state moves the same inputs on both backends"
+    assert kdagraph.device_errors("cuda")["count"] == 0
+
 CAPTURE_SCRIPT = r"""
 import torch, kdagraph
 slots = torch.tensor([1, 0], dtype=torch.int32, device="cuda")
