@@ -79,3 +79,16 @@ def gpu_or_skip():
         pytest.skip("kdagraph was built without CUDA (no nvcc at build time)")
     if not kdagraph.cuda_available():
         pytest.skip("no CUDA device visible")
+
+
+def expect_refused_unchanged(call, argument, **watched):
+    """call() raises InvalidArgument (a ValueError) naming `argument`, and every watched array is bitwise
+    what it was before (SPEC §6: a refused call changes nothing)."""
+    before = {name: a.copy() for name, a in watched.items()}
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        call()
+    assert isinstance(e.value, ValueError)
+    assert e.value.argument == argument, str(e.value)
+    assert argument in str(e.value), "the message names the argument"
+    for name, a in watched.items():
+        assert np.array_equal(a.view(np.uint8), before[name].view(np.uint8)), f"a refused call changed {name}"

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kdagraph
+from helpers import expect_refused_unchanged
 from test_recurrent_kda import Case
 
 
@@ -77,15 +78,7 @@ def test_a_bad_argument_is_refused_by_name_and_changes_nothing(rng, argument, ba
     c, kw = base(rng)
     arrays = [c.q, c.k, c.v, c.g, c.beta]
     bad(c, arrays, kw)
-    pool_before = c.pool.copy()
-    output_before = c.output.copy()
-    with pytest.raises(kdagraph.InvalidArgument) as e:
-        kdagraph.recurrent_kda(*arrays, **kw)
-    assert isinstance(e.value, ValueError)
-    assert e.value.argument == argument, str(e.value)
-    assert argument in str(e.value), "the message names the argument"
-    assert np.array_equal(c.pool.view(np.uint8), pool_before.view(np.uint8)), "a refused call changed the state"
-    assert np.array_equal(c.output.view(np.uint8), output_before.view(np.uint8)), "a refused call wrote the output"
+    expect_refused_unchanged(lambda: kdagraph.recurrent_kda(*arrays, **kw), argument, pool=c.pool, output=c.output)
 
 
 def test_packed_sequences_of_different_lengths_are_refused(rng):
