@@ -281,7 +281,9 @@ TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
     cfg.mode = mode;
     const uint64_t seed = fresh_seed();
     std::mt19937_64 gate_rng(seed + 1);
-    const std::vector<uint8_t> gate_bytes = random_io_bytes(2 * size_t(cfg.model.value_heads), DType::f32, gate_rng, -1, 1);
+    // A_log [HV] then dt_bias [HV * K]: the replay's gate in the kernel reads both.
+    const size_t HV = size_t(cfg.model.value_heads), K = size_t(cfg.model.head_k);
+    const std::vector<uint8_t> gate_bytes = random_io_bytes(HV + HV * K, DType::f32, gate_rng, -1, 1);
     const float* gate = reinterpret_cast<const float*>(gate_bytes.data());
     const std::vector<GateParams> gates(size_t(cfg.model.layers), GateParams{gate, gate + cfg.model.value_heads});
     auto materialized = [&](const std::vector<int32_t>& list, DeviceErrorWord* errors) {
