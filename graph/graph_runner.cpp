@@ -95,7 +95,9 @@ GraphRunner::GraphRunner(Verifier& verifier, RoundHooks hooks, RunnerConfig conf
       hooks_(std::move(hooks)),
       config_(std::move(config)),
       plan_(plan_buckets(config_, verifier)),
-      state_(std::make_shared<detail::RunnerState>(verifier.config().backend)) {
+      state_(std::make_shared<detail::RunnerState>(verifier.config().backend)),
+      layer_inputs_(size_t(verifier.config().model.layers)),
+      conv_inputs_(size_t(verifier.config().model.layers)) {
   const char* where = "GraphRunner";
   require(bool(hooks_.layer_inputs), where, "hooks.layer_inputs", "is empty");
   const bool conv = verifier.config().conv.width > 0;
@@ -113,22 +115,20 @@ void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler)
   // layers 0 to l - 1 ran would already have overwritten the rows their next seed reads (the scratch in
   // fused accept, the pool in replay), and the refusal must change nothing (SPEC §6).
   const RoundSpec& spec = verifier_.spec();
-  std::vector<LayerInputs> layers;
-  std::vector<ConvLayerInputs> convs;
   for (int32_t l = 0; l < spec.model.layers; ++l) {
-    const std::string layer = "(" + std::to_string(l) + ")";
-    layers.push_back(hooks_.layer_inputs(l));
-    detail::validate_layer_inputs(("GraphRunner: hooks.layer_inputs" + layer).c_str(), layers.back(), spec);
+    char where[64];  // names the layer, with no allocation on a round's path
+    std::snprintf(where, sizeof where, "GraphRunner: hooks.layer_inputs(%d)", int(l));
+    detail::validate_layer_inputs(where, layer_inputs_[size_t(l)] = hooks_.layer_inputs(l), spec);
     if (!hooks_.conv_inputs) continue;
-    convs.push_back(hooks_.conv_inputs(l));
-    detail::validate_conv_inputs(("GraphRunner: hooks.conv_inputs" + layer).c_str(), convs.back(), spec.conv.channels,
+    std::snprintf(where, sizeof where, "GraphRunner: hooks.conv_inputs(%d)", int(l));
+    detail::validate_conv_inputs(where, conv_inputs_[size_t(l)] = hooks_.conv_inputs(l), spec.conv.channels,
                                  spec.io_dtype);
   }
   verifier_.enqueue_indices(s, rows);
   for (int32_t l = 0; l < spec.model.layers; ++l) {
     if (hooks_.before_layer) hooks_.before_layer(s, l, rows);
-    if (hooks_.conv_inputs) verifier_.enqueue_conv(s, l, convs[size_t(l)], rows);
-    verifier_.enqueue_verify(s, l, layers[size_t(l)], rows);
+    if (hooks_.conv_inputs) verifier_.enqueue_conv(s, l, conv_inputs_[size_t(l)], rows);
+    verifier_.enqueue_verify(s, l, layer_inputs_[size_t(l)], rows);
   }
   if (!with_sampler) return;
   verifier_.enqueue_accept(s, hooks_.sampler(s, rows), rows);

@@ -128,6 +128,10 @@ class GraphRunner {
   BucketPlan plan_;
   std::shared_ptr<detail::RunnerState> state_;
   std::vector<BucketCaptureStats> stats_;
+  // One round's hook inputs, every layer's checked before any is enqueued; sized once, so an eager
+  // round allocates nothing.
+  std::vector<LayerInputs> layer_inputs_;
+  std::vector<ConvLayerInputs> conv_inputs_;
   int32_t n_ = 0;
   bool warned_eager_ = false;
 };

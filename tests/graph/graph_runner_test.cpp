@@ -260,7 +260,7 @@ TEST(GraphRunner, BadHookInputsAtTheLastLayerAreRefusedBeforeAnyLayerRuns) {
       ADD_FAILURE() << "a round with no output buffer for layer " << last << " ran";
     } catch (const InvalidArgument& e) {
       EXPECT_EQ(e.argument(), "o");
-      EXPECT_NE(std::string(e.what()).find("layer_inputs(" + std::to_string(last) + ")"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("hooks.layer_inputs(" + std::to_string(last) + ")"), std::string::npos)
           << e.what();
     }
     EXPECT_TRUE(snapshot(h.verifier) == before) << "the refused round changed the storage";
