@@ -46,7 +46,9 @@ class BucketPlan {
 void enqueue_host(const Stream& s, std::function<void()> fn);
 
 // The engine's parts of a round. Callbacks enqueue on the given stream, allocate nothing, and always
-// address the same buffers (a graph freezes their pointers).
+// address the same buffers (a graph freezes their pointers). layer_inputs and conv_inputs are asked for
+// every layer before any of the round's work is enqueued (all are checked first, so a bad one changes
+// nothing): they name buffers and must not depend on before_layer having run.
 struct RoundHooks {
   // Work before layer `layer`'s verify (a model's projections producing its inputs). Optional.
   std::function<void(const Stream&, int32_t layer, int32_t rows)> before_layer;
