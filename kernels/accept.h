@@ -34,11 +34,7 @@ KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
     if (!p.sets_slot) p.row_accept[n] = 0;
     return;
   }
-  int32_t a = p.accepted[n];
-  if (a < 1 || a > p.tokens) {
-    record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, a);
-    a = a < 1 ? 1 : p.tokens;
-  }
+  const int32_t a = checked_accept(p.accepted[n], 1, p.tokens, n, p.errors, true);
   if (p.sets_slot) p.accept_len[slot] = a;
   else p.row_accept[n] = a;
   if (p.cache_parity != nullptr && p.cache_to[n] >= 0) p.cache_parity[slot] = p.cache_to[n] & 1;

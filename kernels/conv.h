@@ -90,12 +90,8 @@ KDA_HD ConvRow conv_row(const ConvParams& p, int32_t n, bool report) {
     return r;
   }
   if (p.offset_window) {
-    int32_t a = p.row_accept[n];
-    if (a < 0 || a > p.scratch_steps) {  // the window must lie inside the row's W - 2 + S columns
-      if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, a);
-      a = a < 0 ? 0 : p.scratch_steps;
-    }
-    r.offset = conv_window_offset(a);
+    // The window must lie inside the row's W - 2 + S columns.
+    r.offset = conv_window_offset(checked_accept(p.row_accept[n], 0, p.scratch_steps, n, p.errors, report));
   }
   char* state = layer_base(p.state, p.layer);
   char* scratch = p.offset_window ? nullptr : layer_base(p.scratch, p.layer);
@@ -220,11 +216,8 @@ KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int
   const int32_t slot = p.accept_of != nullptr ? (p.slot_of[e] < p.slots ? p.slot_of[e] : -1)
                                               : checked_slot(p.slot_of, e, p.slots, p.errors, report_accept);
   if (slot < 0) return none;
-  int32_t a = p.accept_of != nullptr ? p.accept_of[e] : p.accept_len[slot];
-  if (a < 0 || a > p.max_accept) {
-    if (report_accept) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, e, a);
-    a = a < 0 ? 0 : p.max_accept;
-  }
+  const int32_t a = checked_accept(p.accept_of != nullptr ? p.accept_of[e] : p.accept_len[slot], 0, p.max_accept, e,
+                                   p.errors, report_accept);
   if (a == 0 || (!p.from_scratch && a == 1)) return none;
   char* state = layer_base(p.state, layer);
   char* scratch = p.from_scratch ? layer_base(p.scratch, layer) : nullptr;

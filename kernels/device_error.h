@@ -25,6 +25,14 @@ KDA_HD void record_device_error(DeviceErrorWord* word, DeviceErrorCode code, int
 #endif
 }
 
+// An accept length read from memory the caller owns, as entry e would use it: clamped to [lo, hi], a
+// value outside recorded (accept_out_of_range) when `report`.
+KDA_HD int32_t checked_accept(int32_t a, int32_t lo, int32_t hi, int32_t e, DeviceErrorWord* errors, bool report) {
+  if (a >= lo && a <= hi) return a;
+  if (report) record_device_error(errors, DeviceErrorCode::accept_out_of_range, e, a);
+  return a < lo ? lo : hi;
+}
+
 // Entry e of a slot list (a batch, or a materialize list): the slot it names, or -1. -1 entries are
 // padding; entries outside [0, slots) and repeats of an earlier entry (the first keeps the slot) are
 // treated as padding too and recorded when `report`. A listed slot is then worked on once, whatever the

@@ -49,10 +49,7 @@ KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n) {
   // Padded rows gather too, from slot 0: always in range, so the gather needs no branch.
   int32_t accept = p.accept_len[slot >= 0 ? slot : 0];
   const int32_t max_accept = p.policy.token_cache ? p.tokens : p.scratch_steps;
-  if (slot >= 0 && (accept < 0 || accept > max_accept)) {
-    record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, accept);
-    accept = accept < 0 ? 0 : max_accept;
-  }
+  if (slot >= 0) accept = checked_accept(accept, 0, max_accept, n, p.errors, true);
   return RowSeed{slot, slot >= 0 ? accept : -1};
 }
 

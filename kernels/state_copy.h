@@ -38,12 +38,7 @@ KDA_HD int32_t copy_entry_slot(const StateCopyParams& p, int32_t e, bool report)
 
 // Accept length of entry e (slot `slot`), clamped to [0, S]; 0 means nothing to copy.
 KDA_HD int32_t copy_source_accept(const StateCopyParams& p, int32_t e, int32_t slot, bool report) {
-  const int32_t a = p.accept_of ? p.accept_of[e] : p.accept_len[slot];
-  if (a < 0 || a > p.scratch_steps) {
-    if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, e, a);
-    return a < 0 ? 0 : p.scratch_steps;
-  }
-  return a;
+  return checked_accept(p.accept_of ? p.accept_of[e] : p.accept_len[slot], 0, p.scratch_steps, e, p.errors, report);
 }
 
 // Where entry e copies from and to in layer `layer`, or {nullptr, nullptr} when there is nothing to copy:

@@ -84,11 +84,7 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
   if (p.slot_list != nullptr) {
     const int32_t slot = checked_slot(p.slot_list, n, p.slots, p.errors, report);
     if (slot < 0) return r;
-    int32_t a = p.accept_len[slot];
-    if (a < 0 || a > p.cache_tokens) {
-      if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, a);
-      a = a < 0 ? 0 : p.cache_tokens;
-    }
+    const int32_t a = checked_accept(p.accept_len[slot], 0, p.cache_tokens, n, p.errors, report);
     if (a == 0) return r;  // nothing pending: the pool holds the state already
     r.seed_pool = slot;
     r.replay = a;
@@ -113,11 +109,7 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
   if (p.replay_count != nullptr && !r.padded()) {
     // Built by the index build, but in memory the caller owns: a prefix longer than a cache row holds
     // is clamped, and a cache row outside the view is not read (no prefix) or not written (recorded).
-    r.replay = p.replay_count[n];
-    if (r.replay < 0 || r.replay > p.cache_tokens) {
-      if (report) record_device_error(p.errors, DeviceErrorCode::accept_out_of_range, n, r.replay);
-      r.replay = r.replay < 0 ? 0 : p.cache_tokens;
-    }
+    r.replay = checked_accept(p.replay_count[n], 0, p.cache_tokens, n, p.errors, report);
     r.replay_from = r.replay > 0 ? p.replay_from[n] : -1;
     if (r.replay > 0 && (r.replay_from < 0 || r.replay_from >= p.token_cache.rows)) {
       if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, r.replay_from);
