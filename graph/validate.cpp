@@ -194,13 +194,6 @@ void validate_batch_view(const char* where, const BatchView& batch) {
   require_buffer(where, "batch.n_real", batch.n_real, alignof(int32_t));
 }
 
-void require_buffer(const char* where, const char* name, const void* p, uintptr_t alignment) {
-  require(p != nullptr, where, name, "is null");
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  require(addr % alignment == 0, where, name,
-          "= " + std::to_string(addr) + " is not " + std::to_string(alignment) + "-byte aligned");
-}
-
 void validate_batch(const char* where, const int32_t* slots, int32_t n, int32_t max_rows,
                     int32_t pool_slots) {
   require_in_range(where, "n", n, 1, max_rows);

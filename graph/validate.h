@@ -7,6 +7,7 @@
 
 #include "kdagraph/ops.hpp"
 #include "kdagraph/verifier.hpp"
+#include "kernels/launch_checks.h"  // require_buffer
 
 namespace kdagraph::detail {
 
@@ -41,7 +42,5 @@ void validate_conv_shape(const char* where, const ConvShape& conv, const ModelSh
 // A conv's x, weight, bias and output segments, which must tile [0, channels) in order.
 void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype);
 void validate_stream(const char* where, const Stream& s, Backend backend);
-// A non-null pointer aligned to `alignment` bytes.
-void require_buffer(const char* where, const char* name, const void* p, uintptr_t alignment);
 
 }  // namespace kdagraph::detail

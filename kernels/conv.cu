@@ -64,20 +64,20 @@ cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
   int64_t covered = 0;
   for (int s = 0; s < kMaxConvSegments; ++s) {
     require_in_range(where, "out[].channels", p.out[s].channels, 0, p.channels - covered);
-    if (p.out[s].channels > 0) detail::require_aligned(where, "out[].y", p.out[s].y, es);
+    if (p.out[s].channels > 0) detail::require_buffer(where, "out[].y", p.out[s].y, es);
     covered += p.out[s].channels;
   }
   require(covered == p.channels, where, "out", "covers " + std::to_string(covered) + " of C = " + std::to_string(p.channels) + " channels");
-  detail::require_aligned(where, "x", p.x, es);
-  detail::require_aligned(where, "weight", p.weight, alignof(float));
-  if (p.bias != nullptr) detail::require_aligned(where, "bias", p.bias, alignof(float));
-  detail::require_aligned(where, "row_slot", p.row_slot, alignof(int32_t));
+  detail::require_buffer(where, "x", p.x, es);
+  detail::require_buffer(where, "weight", p.weight, alignof(float));
+  if (p.bias != nullptr) detail::require_buffer(where, "bias", p.bias, alignof(float));
+  detail::require_buffer(where, "row_slot", p.row_slot, alignof(int32_t));
   const int64_t columns = conv_state_columns(p.offset_window, p.width, p.scratch_steps);
   detail::require_state_view(where, "state", p.state, p.io_dtype, columns * p.channels);
   if (p.offset_window) {
-    detail::require_aligned(where, "row_accept", p.row_accept, alignof(int32_t));
+    detail::require_buffer(where, "row_accept", p.row_accept, alignof(int32_t));
   } else {
-    detail::require_aligned(where, "write_row", p.write_row, alignof(int32_t));
+    detail::require_buffer(where, "write_row", p.write_row, alignof(int32_t));
     detail::require_state_view(where, "scratch", p.scratch, p.io_dtype, int64_t(p.width - 1) * p.channels);
   }
   const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
@@ -97,9 +97,9 @@ cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream) {
   require_in_range(where, "layers", p.layers, 1, INT32_MAX);
   require(p.io_dtype == DType::f32 || p.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
   if (p.count == 0) return cudaSuccess;
-  detail::require_aligned(where, "slot_of", p.slot_of, alignof(int32_t));
-  if (p.accept_of != nullptr) detail::require_aligned(where, "accept_of", p.accept_of, alignof(int32_t));
-  else detail::require_aligned(where, "accept_len", p.accept_len, alignof(int32_t));
+  detail::require_buffer(where, "slot_of", p.slot_of, alignof(int32_t));
+  if (p.accept_of != nullptr) detail::require_buffer(where, "accept_of", p.accept_of, alignof(int32_t));
+  else detail::require_buffer(where, "accept_len", p.accept_len, alignof(int32_t));
   const int64_t window = int64_t(p.width - 1) * p.channels;
   detail::require_state_view(where, "state", p.state, p.io_dtype,
                p.from_scratch ? window : conv_state_columns(true, p.width, p.scratch_steps) * int64_t(p.channels));

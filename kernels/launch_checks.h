@@ -13,10 +13,12 @@
 
 namespace kdagraph::detail {
 
-inline void require_aligned(const char* where, const char* argument, const void* ptr, uintptr_t bytes) {
-  const auto addr = reinterpret_cast<uintptr_t>(ptr);
-  require(ptr != nullptr && addr % bytes == 0, where, argument,
-          "= " + std::to_string(addr) + " must be non-null and " + std::to_string(bytes) + "-byte aligned");
+// A non-null pointer aligned to `alignment` bytes (the ops' validation uses it too).
+inline void require_buffer(const char* where, const char* name, const void* p, uintptr_t alignment) {
+  require(p != nullptr, where, name, "is null");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  require(addr % alignment == 0, where, name,
+          "= " + std::to_string(addr) + " is not " + std::to_string(alignment) + "-byte aligned");
 }
 
 // A view of rows of at least `row_elems` elements of `dtype`: one 16-byte aligned base with 16-byte
@@ -31,10 +33,10 @@ inline void require_state_view(const char* where, const char* name, const StateV
   require(v.row_stride * es % 16 == 0, where, name,
           "row_stride = " + std::to_string(v.row_stride) + " elements is not a multiple of 16 bytes");
   if (v.layer_table != nullptr) {
-    require_aligned(where, name, v.layer_table, alignof(void*));
+    require_buffer(where, name, v.layer_table, alignof(void*));
     return;
   }
-  require_aligned(where, name, v.base, 16);
+  require_buffer(where, name, v.base, 16);
   require(v.layers <= 1 || v.layer_stride * es % 16 == 0, where, name,
           "layer_stride = " + std::to_string(v.layer_stride) + " elements is not a multiple of 16 bytes");
 }

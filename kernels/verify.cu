@@ -428,21 +428,21 @@ cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
   // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words from
   // 16-byte aligned rows, the gate parameters as 4-byte cp.async; cache rows like input rows.
   if (p.tokens > 0) {
-    detail::require_aligned(where, "q", p.q, 16);
-    detail::require_aligned(where, "k", p.k, 16);
-    detail::require_aligned(where, "v", p.v, 16);
-    detail::require_aligned(where, "g", p.g, 16);
+    detail::require_buffer(where, "q", p.q, 16);
+    detail::require_buffer(where, "k", p.k, 16);
+    detail::require_buffer(where, "v", p.v, 16);
+    detail::require_buffer(where, "g", p.g, 16);
     const uintptr_t io_bytes = p.io_dtype == DType::f32 ? 4 : 2;
-    detail::require_aligned(where, "o", p.o, io_bytes);
-    detail::require_aligned(where, "beta", p.beta, io_bytes);
+    detail::require_buffer(where, "o", p.o, io_bytes);
+    detail::require_buffer(where, "beta", p.beta, io_bytes);
   }
   if (p.slot_list == nullptr) {
     require(p.seed_token != nullptr || p.seed_pool != nullptr || p.seed_scratch != nullptr, where, "seed_pool",
             "is null, and so are seed_scratch and seed_token: no row has a seed");
     for (const int32_t* index : {p.seed_pool, p.seed_scratch, p.seed_token})
-      if (index != nullptr) detail::require_aligned(where, "indices", index, 4);
+      if (index != nullptr) detail::require_buffer(where, "indices", index, 4);
   }
-  if (p.writes_scratch) detail::require_aligned(where, "write_row", p.write_row, 4);
+  if (p.writes_scratch) detail::require_buffer(where, "write_row", p.write_row, 4);
   const bool replay = p.replay_count != nullptr || p.slot_list != nullptr;
   const int64_t state_elems = int64_t(p.value_heads) * p.head_v * p.head_k;
   detail::require_state_view(where, "pool", p.pool, p.pool.dtype, state_elems);
@@ -450,8 +450,8 @@ cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
   if (replay)
     detail::require_state_view(where, "token_cache", p.token_cache, p.io_dtype,
                                TokenCacheLayout{p.cache_tokens, p.heads, p.value_heads, p.head_k, p.head_v}.row_elems());
-  if (p.A_log != nullptr) detail::require_aligned(where, "A_log", p.A_log, 4);
-  if (p.dt_bias != nullptr) detail::require_aligned(where, "dt_bias", p.dt_bias, 4);
+  if (p.A_log != nullptr) detail::require_buffer(where, "A_log", p.A_log, 4);
+  if (p.dt_bias != nullptr) detail::require_buffer(where, "dt_bias", p.dt_bias, 4);
   return p.head_k == 128 ? dispatch_dtypes<128>(p, stream) : dispatch_dtypes<64>(p, stream);
 }
 
