@@ -21,6 +21,8 @@ namespace nb = nanobind;
 enum class Elem { f32, bf16, i32 };
 const char* to_string(Elem e);
 inline DType dtype_of(Elem e) { return e == Elem::bf16 ? DType::bf16 : DType::f32; }
+// The element of an io or state dtype (f32 or bf16).
+inline Elem elem_of(DType d) { return d == DType::f32 ? Elem::f32 : Elem::bf16; }
 
 // A C-contiguous view of a caller's array on one backend. It keeps the producer alive while it lives.
 struct Array {

@@ -45,12 +45,12 @@ struct PyVerifier {
   Array state_array(nb::handle obj, const char* name) const {
     const VerifierConfig& c = cfg();
     Array a = take(obj, name);
-    require_elem(a, {c.pool.state_dtype == DType::f32 ? Elem::f32 : Elem::bf16});
+    require_elem(a, {elem_of(c.pool.state_dtype)});
     require_shape(a, {c.model.layers, c.model.value_heads, c.model.head_v, c.model.head_k});
     return a;
   }
 
-  Elem io_elem() const { return cfg().io_dtype == DType::f32 ? Elem::f32 : Elem::bf16; }
+  Elem io_elem() const { return elem_of(cfg().io_dtype); }
 
   // SPEC §9: a conv window of every layer, [L, W - 1, C] in the io dtype, where `like` is (None: absent).
   Array window_array(nb::handle obj, const char* name) const {
@@ -89,7 +89,7 @@ LayerArrays layer_arrays(const VerifierConfig& c, nb::handle layer, size_t l) {
   if (!nb::isinstance<nb::dict>(layer))
     throw InvalidArgument(at, at + " must be a dict of q, k, v, g, beta, o (and A_log, dt_bias; x, weight, bias with a conv)");
   const nb::dict d = nb::borrow<nb::dict>(layer);
-  const Elem io = c.io_dtype == DType::f32 ? Elem::f32 : Elem::bf16;
+  const Elem io = elem_of(c.io_dtype);
   const int64_t N = c.max_rows, T = c.tokens, H = c.model.heads, HV = c.model.value_heads, K = c.model.head_k,
                 V = c.model.head_v;
   LayerArrays out;
@@ -216,7 +216,7 @@ void bind_classes(nb::module_& m) {
             return v.view(self, v.verifier->pool(),
                           {size_t(c.model.layers), size_t(c.pool.slots), size_t(c.model.value_heads), size_t(c.model.head_v),
                            size_t(c.model.head_k)},
-                          c.pool.state_dtype == DType::f32 ? Elem::f32 : Elem::bf16);
+                          elem_of(c.pool.state_dtype));
           },
           "The pool [L, P, HV, V, K], zero-copy (numpy on the CPU, a DLPack array on CUDA; bf16 as uint16 bits)")
       .def_prop_ro(

@@ -305,7 +305,7 @@ LayerStates layer_states(nb::handle obj, const char* name, const RoundSpec& spec
 
 Backend backend_of(const LayerStates& s) { return s.arrays[0].backend; }
 
-Elem io_elem(const RoundSpec& spec) { return spec.io_dtype == DType::f32 ? Elem::f32 : Elem::bf16; }
+Elem io_elem(const RoundSpec& spec) { return elem_of(spec.io_dtype); }
 
 // The caller's per-slot storage (SPEC §2, §9) as the ops see it; it keeps the arrays alive.
 struct PyStorage {
@@ -528,7 +528,7 @@ void bind_ops(nb::module_& m) {
         require_backend_match(st, idx);
         const ModelShape& md = spec.spec.model;
         const int64_t T = spec.spec.tokens;
-        const Elem io = spec.spec.io_dtype == DType::f32 ? Elem::f32 : Elem::bf16;
+        const Elem io = elem_of(spec.spec.io_dtype);
         auto input = [&](nb::handle obj, const char* name, std::initializer_list<int64_t> shape) {
           Array a = take(obj, name);
           require_elem(a, {io});
