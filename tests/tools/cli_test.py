@@ -466,7 +466,7 @@ def plot_charts():
     p = subprocess.run([sys.executable, ARGS.plot, csv_path, "--out", work_dir()], capture_output=True, text=True)
     if p.returncode != 0:
         raise Failure(f"plot.py failed:\n{p.stderr}")
-    for suffix in ("_latency.png", "_bandwidth.png"):
+    for suffix in ("_latency.png", "_speedup.png", "_bandwidth.png"):
         path = os.path.join(work_dir(), "plot" + suffix)
         with open(path, "rb") as f:
             if f.read(8) != b"\x89PNG\r\n\x1a\n":
