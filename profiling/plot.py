@@ -226,7 +226,7 @@ def title(bench, question, machine):
 
 def latency_chart(bench, machine):
     """Which mode is fastest at each batch."""
-    unit = "device ms per round" if bench.on_device else "host ms per round (CPU backend)"
+    unit = "device ms per round" if bench.on_device else "host ms per round (CPU)"
     chart = Chart(bench, title(bench, "time per round by mode", machine), unit)
     chart.lines(bench.modes, lambda mode, sampler, facet, t: bench.series(round_time, mode, sampler, facet, t))
     return chart.finish(bench.modes, [])
