@@ -216,8 +216,9 @@ def reference_rows(s: Shape):
 # ---- on the GPU ---------------------------------------------------------------------------------------------
 
 def make_tensors(torch, kdagraph, s: Shape, rng, device="cuda"):
-    """Fresh random tensors of one shape (hashed ranges as kdagraph's synthetic inputs use), the batch's
-    indices built by kdagraph.build_fused_accept_indices and checked against the plan, and a pool each."""
+    """Fresh random tensors of one shape (in the ranges of kdagraph's synthetic inputs), the batch's
+    indices built by kdagraph.build_fused_accept_indices and checked against the plan, and a pool and a
+    poisoned output for each of the two calls."""
     gen = torch.Generator(device=device)
     gen.manual_seed(int(rng.integers(1 << 62)))
     dims = tensor_shapes(s)

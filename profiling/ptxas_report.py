@@ -122,7 +122,8 @@ def verdict(kernels: List[Kernel]) -> str:
     flagged = [k for k in kernels if k.flagged]
     regs = [k.registers for k in kernels]
     archs = ", ".join(sorted({k.arch for k in kernels}))
-    head = f"{len(kernels)} kernels ({archs}), {min(regs)} to {max(regs)} registers, up to {max(k.smem for k in kernels)} bytes of static smem"
+    head = (f"{len(kernels)} kernel{'s' if len(kernels) != 1 else ''} ({archs}), {min(regs)} to {max(regs)} registers, "
+            f"up to {max(k.smem for k in kernels)} bytes of static smem")
     if not flagged:
         return head + "; no spills, no stack frames"
     return head + f"; LOCAL MEMORY in {len(flagged)}: " + ", ".join(f"{k.name} ({k.arch})" for k in flagged)
@@ -135,8 +136,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     lines = []
     for path in args.logs:
-        with open(path, errors="replace") as f:
-            lines.extend(f.read().splitlines())
+        try:
+            with open(path, errors="replace") as f:
+                lines.extend(f.read().splitlines())
+        except FileNotFoundError:
+            print(f"no log {path}")
     kernels = parse(lines)
     for k, name in zip(kernels, readable([k.mangled for k in kernels])):
         k.name = name
