@@ -167,7 +167,9 @@ stage_configure() {
     -DKDAGRAPH_BUILD_TESTS="$tests" "${gtest[@]}" -DKDAGRAPH_BUILD_PYTHON="$python" \
     -DPython_EXECUTABLE="$(command -v "$PYTHON")" -DKDAGRAPH_WARNINGS_AS_ERRORS="${KDAGRAPH_WERROR:-OFF}" |
     tee "$WORK/cmake_configure.txt"
+  local rc=$?
   expect "the CUDA backend is ON" grep -q "CUDA backend ON" "$WORK/cmake_configure.txt"
+  return "$rc"
 }
 
 # The targets of the selected stages, @cuda_tests expanded from the build's own target list.
