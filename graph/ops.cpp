@@ -339,11 +339,14 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   in.bias = c.bias;
   in.out[0] = ConvOutputSegment{c.conv.channels, c.y};
   detail::validate_conv_inputs(where, in, c.conv.channels, c.io_dtype);
-  // One layer's view, validated like a round's: a spec of one layer that no conv shape constrains.
+  // One layer's view, validated like a round's (a spec of one layer that no conv shape constrains) but
+  // with rows that start at any element: SPEC §11 takes any C, where a round's views keep 16 bytes.
   RoundSpec one_layer;
   one_layer.model.layers = 1;
+  const int32_t row_align = int32_t(dtype_size(c.io_dtype));
   detail::validate_view(where, "conv_state", c.conv_state, one_layer, 1,
-                        int64_t(conv_state_columns(true, c.conv.width, c.scratch_steps)) * c.conv.channels, s.backend);
+                        int64_t(conv_state_columns(true, c.conv.width, c.scratch_steps)) * c.conv.channels, s.backend,
+                        row_align);
   require(c.conv_state.dtype == c.io_dtype, where, "conv_state.dtype",
           std::string("= ") + to_string(c.conv_state.dtype) + " differs from io_dtype = " + to_string(c.io_dtype));
   detail::require_buffer(where, "state_indices", c.state_indices, alignof(int32_t));
@@ -355,6 +358,7 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   p.slots = int32_t(std::min<int64_t>(c.conv_state.rows, INT32_MAX));
   p.scratch_steps = c.scratch_steps;
   p.offset_window = true;
+  p.state_row_align = row_align;
   p.row_slot = c.state_indices;
   p.row_accept = c.num_accepted;
   p.errors = c.errors;

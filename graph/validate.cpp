@@ -92,26 +92,27 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
 }
 
 void validate_view(const char* where, const std::string& name, const StateView& v, const RoundSpec& spec,
-                   int64_t min_rows, int64_t row_elems, Backend backend) {
+                   int64_t min_rows, int64_t row_elems, Backend backend, int64_t row_align_bytes) {
   const std::string arg = name + ".";
   auto field = [&](const char* f) { return arg + f; };
+  const std::string align = std::to_string(row_align_bytes) + " bytes";
   require(is_dtype(v.dtype), where, field("dtype").c_str(), "is not f32 or bf16");
   require_in_range(where, field("layers").c_str(), v.layers, spec.model.layers, spec.model.layers);
   require_in_range(where, field("rows").c_str(), v.rows, min_rows, int64_t(1) << 40);
   require_in_range(where, field("row_stride").c_str(), v.row_stride, row_elems, int64_t(1) << 40);
   const int64_t es = int64_t(dtype_size(v.dtype));
-  require(v.row_stride * es % 16 == 0, where, field("row_stride").c_str(),
+  require(v.row_stride * es % row_align_bytes == 0, where, field("row_stride").c_str(),
           "= " + std::to_string(v.row_stride) + " elements (" + std::to_string(v.row_stride * es) +
-              " bytes) is not a multiple of 16 bytes");
+              " bytes) is not a multiple of " + align);
   require((v.base == nullptr) != (v.layer_table == nullptr), where, name.c_str(),
           "must set exactly one of base (one allocation) and layer_table (per-layer bases)");
   if (v.base != nullptr) {
-    require_buffer(where, field("base").c_str(), v.base, 16);
+    require_buffer(where, field("base").c_str(), v.base, uintptr_t(row_align_bytes));
     if (v.layers > 1) {
       require_in_range(where, field("layer_stride").c_str(), v.layer_stride, v.rows * v.row_stride, int64_t(1) << 50);
-      require(v.layer_stride * es % 16 == 0, where, field("layer_stride").c_str(),
+      require(v.layer_stride * es % row_align_bytes == 0, where, field("layer_stride").c_str(),
               "= " + std::to_string(v.layer_stride) + " elements (" + std::to_string(v.layer_stride * es) +
-                  " bytes) is not a multiple of 16 bytes: every layer's rows must start 16-byte aligned");
+                  " bytes) is not a multiple of " + align + ": every layer's rows must start " + align + " aligned");
     }
     return;
   }

@@ -73,7 +73,9 @@ cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
   if (p.bias != nullptr) detail::require_buffer(where, "bias", p.bias, alignof(float));
   detail::require_buffer(where, "row_slot", p.row_slot, alignof(int32_t));
   const int64_t columns = conv_state_columns(p.offset_window, p.width, p.scratch_steps);
-  detail::require_state_view(where, "state", p.state, p.io_dtype, columns * p.channels);
+  require(p.state_row_align == 16 || p.state_row_align == int32_t(es), where, "state_row_align",
+          "= " + std::to_string(p.state_row_align) + " is not 16 (a round's views) or one element (short_conv)");
+  detail::require_state_view(where, "state", p.state, p.io_dtype, columns * p.channels, p.state_row_align);
   if (p.offset_window) {
     detail::require_buffer(where, "row_accept", p.row_accept, alignof(int32_t));
   } else {

@@ -66,6 +66,9 @@ struct ConvParams {
   int32_t slots = 0;             // rows of the state a batch may name
   int32_t scratch_steps = 0;     // S: offset-window rows hold W - 2 + S columns
   bool offset_window = true;     // ModePolicy::conv_offset_window
+  // Bytes every state row starts at: 16 for a round's views (SPEC §10); one element for short_conv, which
+  // takes any C (SPEC §11). A unit reads and writes single elements, so either layout runs the same code.
+  int32_t state_row_align = 16;
   const int32_t* row_slot = nullptr;    // [N]
   const int32_t* row_accept = nullptr;  // [N] offset window: the slot's accept length a
   const int32_t* write_row = nullptr;   // [N, T] two-phase

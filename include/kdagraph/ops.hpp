@@ -164,7 +164,9 @@ struct ShortConvCall {
   const float* weight = nullptr;  // [C, W]
   const float* bias = nullptr;    // [C], optional
   void* y = nullptr;
-  StateView conv_state;                  // one layer, rows N: row state_indices[b] is batch row b's
+  // One layer, rows N: row state_indices[b] is batch row b's. Any C (SPEC §11): the base and the row
+  // stride need only be element-aligned here, not 16-byte aligned as a round's views are.
+  StateView conv_state;
   const int32_t* state_indices = nullptr;  // [B] negative: a padded row (zero output, nothing read or written)
   const int32_t* num_accepted = nullptr;   // [B] the window starts at column max(a - 1, 0)
   DeviceErrorWord* errors = nullptr;       // optional: clamped accept lengths, rows outside [0, N)
