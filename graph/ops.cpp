@@ -253,7 +253,7 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
   p.pool = idx.seed_row != nullptr ? seeds : states;
   p.scratch = states;
   p.layer = layer;
-  p.writes_scratch = true;
+  p.writes_scratch = idx.write_states;
   p.seed_pool = idx.seed_row;
   p.seed_token = idx.seed_token;
   p.write_row = idx.write_row;

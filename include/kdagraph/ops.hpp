@@ -189,6 +189,9 @@ struct IndexedRows {
   const int32_t* seed_row = nullptr;    // [rows] the seed is row seed_row[n] of `seeds` ...
   const int32_t* seed_token = nullptr;  // ... or [rows] row write_row[n][seed_token[n] - 1] of `states`
   const int32_t* write_row = nullptr;   // [rows, T] the row of `states` the post-state of token t goes to
+  // false: a frozen verify (FlashInfer's disable_state_update): the same seeds and outputs, no state row
+  // written. write_row is then read only to find a seed_token's row.
+  bool write_states = true;
 };
 
 namespace ops {
