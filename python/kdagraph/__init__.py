@@ -143,7 +143,9 @@ def _indices(x: Array, name: str, stream: Any, reference: Array) -> Array:
                          "allocation inside the capture; pass int32 indices to a captured call")
     if kind == "torch":
         torch = sys.modules["torch"]
-        with torch.cuda.stream(torch.cuda.ExternalStream(handle, device=x.device)):
+        current = torch.cuda.current_stream(x.device)
+        on = current if current.cuda_stream == handle else torch.cuda.ExternalStream(handle, device=x.device)
+        with torch.cuda.stream(on):
             return x.to(dtype=torch.int32)
     if kind == "cupy":
         cupy = sys.modules["cupy"]
