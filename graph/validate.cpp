@@ -112,7 +112,7 @@ void validate_view(const char* where, const std::string& name, const StateView& 
       require_in_range(where, field("layer_stride").c_str(), v.layer_stride, v.rows * v.row_stride, int64_t(1) << 50);
       require(v.layer_stride * es % row_align_bytes == 0, where, field("layer_stride").c_str(),
               "= " + std::to_string(v.layer_stride) + " elements (" + std::to_string(v.layer_stride * es) +
-                  " bytes) is not a multiple of " + align + ": every layer's rows must start " + align + " aligned");
+                  " bytes) is not a multiple of " + align + ": every layer's rows must start on such a boundary");
     }
     return;
   }

@@ -1,6 +1,6 @@
 // What every launcher checks before it enqueues: the pointers its kernel addresses, aligned for the
 // widest access it makes, and the state views it walks, whose rows and layers must start on 16-byte
-// boundaries (SPEC §10). Host code, shared by the CUDA launchers; the ops check the same views with the
+// boundaries (SPEC §10; short_conv's conv state on any element, SPEC §11). Host code, shared by the CUDA launchers; the ops check the same views with the
 // user's argument names before a launcher is reached, so these guard direct callers of the launchers.
 #pragma once
 
