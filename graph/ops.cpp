@@ -29,7 +29,7 @@ StateView state_view_table(void* const* layer_table, DType dtype, int32_t layers
 int64_t round_index_elems(int32_t rows, int32_t tokens) {
   require_in_range("round_index_elems", "rows", rows, 0, INT32_MAX);
   require_in_range("round_index_elems", "tokens", tokens, 1, 1024);
-  return int64_t(rows) * (7 + tokens);
+  return int64_t(rows) * (8 + tokens);
 }
 
 RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens) {
@@ -45,7 +45,8 @@ RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens) {
   idx.row_accept = storage + 4 * n;
   idx.replay_from = storage + 5 * n;
   idx.cache_to = storage + 6 * n;
-  idx.write_row = storage + 7 * n;
+  idx.row_parity = storage + 7 * n;
+  idx.write_row = storage + 8 * n;
   return idx;
 }
 
@@ -57,7 +58,12 @@ int64_t token_cache_row_elems(const RoundSpec& spec) {
 int64_t conv_state_row_elems(const RoundSpec& spec, int32_t scratch_steps) {
   const ConvShape& c = spec.conv;
   if (c.width == 0) return 0;
-  return int64_t(conv_state_columns(mode_policy(spec.mode).conv_offset_window, c.width, scratch_steps)) * c.channels;
+  return int64_t(conv_state_columns(conv_layout(mode_policy(spec.mode)), c.width, scratch_steps)) * c.channels;
+}
+
+bool needs_round_parity(const RoundSpec& spec) {
+  const ModePolicy policy = mode_policy(spec.mode);
+  return policy.token_cache || (spec.conv.width > 0 && policy.conv_offset_window);
 }
 
 int64_t conv_scratch_row_elems(const RoundSpec& spec) {
@@ -124,6 +130,7 @@ StateCopyParams copy_params(const RoundSpec& spec, const SlotStorage& st, int32_
   p.row_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
   p.pool = st.pool;
   p.scratch = st.scratch;
+  if (needs_round_parity(spec)) p.round_parity = st.round_parity;
   p.errors = st.errors;
   return p;
 }
@@ -165,6 +172,7 @@ ConvWindowParams window_params(const RoundSpec& spec, const SlotStorage& st, int
   p.from_scratch = from_scratch;
   p.state = st.conv_state;
   if (from_scratch) p.scratch = st.conv_scratch;
+  else p.round_parity = st.round_parity;
   p.errors = st.errors;
   return p;
 }
@@ -186,7 +194,7 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
   p.tokens = spec.tokens;
   p.rows = batch.rows;
   p.policy = mode_policy(spec.mode);
-  p.cache_parity = storage.cache_parity;
+  if (needs_round_parity(spec)) p.round_parity = storage.round_parity;
   p.errors = storage.errors;
   p.out = idx;
   detail::enqueue<BuildIndicesOp>(s, p);
@@ -313,10 +321,11 @@ void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& stora
   p.layer = layer;
   p.slots = storage.slots;
   p.scratch_steps = storage.scratch_steps;
-  p.offset_window = policy.conv_offset_window;
+  p.layout = conv_layout(policy);
   p.row_slot = idx.row_slot;
   if (policy.conv_offset_window) {
     p.row_accept = idx.seed_accept;
+    p.row_parity = idx.row_parity;
   } else {
     p.scratch = storage.conv_scratch;
     p.write_row = idx.write_row;
@@ -345,8 +354,8 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   one_layer.model.layers = 1;
   const int32_t row_align = int32_t(dtype_size(c.io_dtype));
   detail::validate_view(where, "conv_state", c.conv_state, one_layer, 1,
-                        int64_t(conv_state_columns(true, c.conv.width, c.scratch_steps)) * c.conv.channels, s.backend,
-                        row_align);
+                        int64_t(conv_state_columns(ConvLayout::in_place, c.conv.width, c.scratch_steps)) * c.conv.channels,
+                        s.backend, row_align);
   require(c.conv_state.dtype == c.io_dtype, where, "conv_state.dtype",
           std::string("= ") + to_string(c.conv_state.dtype) + " differs from io_dtype = " + to_string(c.io_dtype));
   detail::require_buffer(where, "state_indices", c.state_indices, alignof(int32_t));
@@ -357,7 +366,7 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   p.state = c.conv_state;
   p.slots = int32_t(std::min<int64_t>(c.conv_state.rows, INT32_MAX));
   p.scratch_steps = c.scratch_steps;
-  p.offset_window = true;
+  p.layout = ConvLayout::in_place;
   p.state_row_align = row_align;
   p.row_slot = c.state_indices;
   p.row_accept = c.num_accepted;
@@ -379,9 +388,9 @@ void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
   p.accepted = accepted;
   p.accept_len = storage.accept_len;
   p.row_accept = idx.row_accept;
-  if (mode_policy(spec.mode).token_cache) {
-    p.cache_to = idx.cache_to;
-    p.cache_parity = storage.cache_parity;
+  if (needs_round_parity(spec)) {
+    p.row_parity = idx.row_parity;
+    p.round_parity = storage.round_parity;
   }
   p.errors = storage.errors;
   detail::enqueue<AcceptOp>(s, p);
@@ -428,7 +437,7 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
       v.slot_list = slots;
       v.slots = storage.slots;
       v.accept_len = storage.accept_len;
-      v.cache_parity = storage.cache_parity;
+      v.round_parity = storage.round_parity;
       if (gate_in_kernel) {
         v.A_log = gates[l].A_log;
         v.dt_bias = gates[l].dt_bias;

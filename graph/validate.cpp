@@ -165,8 +165,8 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
                   token_cache_row_elems(spec), backend);
     require(st.token_cache.dtype == spec.io_dtype, where, "storage.token_cache.dtype",
             std::string("= ") + to_string(st.token_cache.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype));
-    require_buffer(where, "storage.cache_parity", st.cache_parity, alignof(int32_t));
   }
+  if (needs_round_parity(spec)) require_buffer(where, "storage.round_parity", st.round_parity, alignof(int32_t));
   if (policy.per_token_scratch) {
     validate_view(where, "storage.scratch", st.scratch, spec, int64_t(st.slots) * st.scratch_steps, state_elems,
                   backend);
@@ -186,7 +186,7 @@ void validate_indices(const char* where, const RoundSpec& spec, const RoundIndic
   const std::pair<const char*, const int32_t*> arrays[] = {
       {"idx.row_slot", idx.row_slot},       {"idx.seed_pool", idx.seed_pool}, {"idx.seed_scratch", idx.seed_scratch},
       {"idx.seed_accept", idx.seed_accept}, {"idx.write_row", idx.write_row}, {"idx.row_accept", idx.row_accept},
-      {"idx.replay_from", idx.replay_from}, {"idx.cache_to", idx.cache_to}};
+      {"idx.replay_from", idx.replay_from}, {"idx.cache_to", idx.cache_to},   {"idx.row_parity", idx.row_parity}};
   for (const auto& [name, array] : arrays) require_buffer(where, name, array, alignof(int32_t));
 }
 

@@ -36,7 +36,8 @@ struct Verifier::Impl {
   StateGeometry geo;
   detail::MappedHostBuffer errors;
   Buffer pool, scratch, accept_len;
-  Buffer token_cache, cache_parity;  // replay mode
+  Buffer token_cache;                // replay mode
+  Buffer round_parity;               // where needs_round_parity(spec): replay, or a conv's halves
   Buffer conv_state, conv_scratch;   // with a conv; the scratch in two-phase only
   int64_t conv_state_stride = 0;     // elements per conv state row
   std::vector<GateParams> gates;     // each layer's, as its last verify named them (replay materialize)
@@ -77,9 +78,11 @@ struct Verifier::Impl {
     const int64_t cache_rows = 2 * int64_t(c.pool.slots);
     if (policy.token_cache) {
       token_cache = Buffer(b, size_t(c.model.layers * cache_rows * cache_stride) * dtype_size(c.io_dtype));
-      cache_parity = Buffer(b, size_t(c.pool.slots) * sizeof(int32_t));
       token_cache.fill(0);
-      cache_parity.fill(0);
+    }
+    if (needs_round_parity(spec)) {
+      round_parity = Buffer(b, size_t(c.pool.slots) * sizeof(int32_t));
+      round_parity.fill(0);
     }
     if (c.conv.width > 0) allocate_conv();
     gates.resize(size_t(c.model.layers));
@@ -102,16 +105,15 @@ struct Verifier::Impl {
     storage.pool = pool_view(geo, pool.data(), st);
     if (scratch.data() != nullptr) storage.scratch = scratch_view(geo, scratch.data(), st);
     storage.accept_len = accept_len.as<int32_t>();
-    if (policy.token_cache) {
+    if (policy.token_cache)
       storage.token_cache = state_view(token_cache.data(), c.io_dtype, c.model.layers, cache_rows * cache_stride,
                                        cache_rows, cache_stride);
-      storage.cache_parity = cache_parity.as<int32_t>();
-    }
+    storage.round_parity = round_parity.as<int32_t>();
     storage.errors = static_cast<DeviceErrorWord*>(errors.device());
   }
 
-  // [TAG_CONV_LAYOUT] conv state [L, P, W - 2 + S columns] (two-phase: W - 1) and, in two-phase, conv
-  // scratch [L, P * S, W - 1 columns], rows rounded up to 16 bytes, zeroed.
+  // [TAG_CONV_LAYOUT] conv state [L, P, 2 (W - 1 + S) columns: two halves] (two-phase: W - 1) and, in
+  // two-phase, conv scratch [L, P * S, W - 1 columns], rows rounded up to 16 bytes, zeroed.
   void allocate_conv() {
     const Backend b = cfg.backend;
     const DType io = cfg.io_dtype;
@@ -132,7 +134,8 @@ struct Verifier::Impl {
   size_t conv_window_bytes() const {
     return size_t(conv_scratch_row_elems(spec)) * dtype_size(cfg.io_dtype);
   }
-  // Where layer l's window of `slot` starts in the conv state.
+  // Where layer l's window of `slot` starts in the conv state after a prefill or a materialize: column
+  // 0 (in the offset-window modes, half 0's base).
   char* conv_window(int32_t layer, int32_t slot) const {
     const int64_t row = (int64_t(layer) * cfg.pool.slots + slot) * conv_state_stride;
     return conv_state.as<char>() + size_t(row) * dtype_size(cfg.io_dtype);
@@ -164,7 +167,8 @@ struct Verifier::Impl {
   }
 
   // Both prefills: pool[l][slot] = states[l] and the conv window of every layer, then
-  // accept_len[slot] = 0, enqueued on `s`. `states` and `window` may be host or backend memory.
+  // accept_len[slot] = 0 (and the round parity 0), enqueued on `s`. `states` and `window` may be host or
+  // backend memory.
   void enqueue_copy_in(const Stream& s, int32_t slot, const void* states, const void* window) {
     nvtx::Scoped range(nvtx::Range::prefill, slot);
     const size_t es = dtype_size(cfg.pool.state_dtype), bytes = size_t(geo.slot_elems()) * es;
@@ -176,6 +180,7 @@ struct Verifier::Impl {
                              conv_window_bytes());
     }
     detail::enqueue_fill(s, accept_len.as<int32_t>() + slot, 0, sizeof(int32_t));
+    if (round_parity.data() != nullptr) detail::enqueue_fill(s, round_parity.as<int32_t>() + slot, 0, sizeof(int32_t));
   }
 };
 

@@ -21,10 +21,10 @@ struct AcceptParams {
   const int32_t* accepted = nullptr; // [N] the sampler's accept lengths
   int32_t* accept_len = nullptr;     // [P] fused-accept
   int32_t* row_accept = nullptr;     // [N] two-phase
-  // Replay: the accepted tokens are those the round stored at cache row cache_to[n]; that row's parity
-  // becomes the slot's (the next verify replays from it).
-  const int32_t* cache_to = nullptr;  // [N]
-  int32_t* cache_parity = nullptr;    // [P]
+  // Where the round keeps a parity (replay's token cache, the conv state's halves): the round wrote the
+  // buffers of parity 1 - row_parity[n], and they become the slot's (the next verify reads them).
+  const int32_t* row_parity = nullptr;  // [N] from RoundIndices
+  int32_t* round_parity = nullptr;      // [P]
   DeviceErrorWord* errors = nullptr;
 };
 
@@ -37,7 +37,7 @@ KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
   const int32_t a = checked_accept(p.accepted[n], 1, p.tokens, n, p.errors, true);
   if (p.sets_slot) p.accept_len[slot] = a;
   else p.row_accept[n] = a;
-  if (p.cache_parity != nullptr && p.cache_to[n] >= 0) p.cache_parity[slot] = p.cache_to[n] & 1;
+  if (p.round_parity != nullptr && p.row_parity[n] >= 0) p.round_parity[slot] = 1 - (p.row_parity[n] & 1);
 }
 
 void accept_cpu(const AcceptParams& p);

@@ -56,7 +56,8 @@ cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
   const char* where = "launch_conv";
   require_in_range(where, "width", p.width, kMinConvWidth, kMaxConvWidth);
   require_in_range(where, "rows", p.rows, 0, INT32_MAX);
-  require_in_range(where, "tokens", p.tokens, 1, p.offset_window ? p.scratch_steps : INT32_MAX);
+  const bool fixed = p.layout == ConvLayout::fixed_window;
+  require_in_range(where, "tokens", p.tokens, 1, fixed ? INT32_MAX : p.scratch_steps);
   require_in_range(where, "channels", p.channels, 1, INT32_MAX);
   require(p.io_dtype == DType::f32 || p.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
   if (p.rows == 0) return cudaSuccess;
@@ -72,12 +73,13 @@ cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
   detail::require_buffer(where, "weight", p.weight, alignof(float));
   if (p.bias != nullptr) detail::require_buffer(where, "bias", p.bias, alignof(float));
   detail::require_buffer(where, "row_slot", p.row_slot, alignof(int32_t));
-  const int64_t columns = conv_state_columns(p.offset_window, p.width, p.scratch_steps);
+  const int64_t columns = conv_state_columns(p.layout, p.width, p.scratch_steps);
   require(p.state_row_align == 16 || p.state_row_align == int32_t(es), where, "state_row_align",
           "= " + std::to_string(p.state_row_align) + " is not 16 (a round's views) or one element (short_conv)");
   detail::require_state_view(where, "state", p.state, p.io_dtype, columns * p.channels, p.state_row_align);
-  if (p.offset_window) {
+  if (!fixed) {
     detail::require_buffer(where, "row_accept", p.row_accept, alignof(int32_t));
+    if (p.layout == ConvLayout::halves) detail::require_buffer(where, "row_parity", p.row_parity, alignof(int32_t));
   } else {
     detail::require_buffer(where, "write_row", p.write_row, alignof(int32_t));
     detail::require_state_view(where, "scratch", p.scratch, p.io_dtype, int64_t(p.width - 1) * p.channels);
@@ -102,9 +104,10 @@ cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream) {
   detail::require_buffer(where, "slot_of", p.slot_of, alignof(int32_t));
   if (p.accept_of != nullptr) detail::require_buffer(where, "accept_of", p.accept_of, alignof(int32_t));
   else detail::require_buffer(where, "accept_len", p.accept_len, alignof(int32_t));
+  if (!p.from_scratch) detail::require_buffer(where, "round_parity", p.round_parity, alignof(int32_t));
   const int64_t window = int64_t(p.width - 1) * p.channels;
   detail::require_state_view(where, "state", p.state, p.io_dtype,
-               p.from_scratch ? window : conv_state_columns(true, p.width, p.scratch_steps) * int64_t(p.channels));
+                             p.from_scratch ? window : conv_state_columns(ConvLayout::halves, p.width, p.scratch_steps) * int64_t(p.channels));
   if (p.from_scratch) detail::require_state_view(where, "scratch", p.scratch, p.io_dtype, window);
   const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
   const int64_t units = int64_t(p.count) * p.layers * chunks;

@@ -4,14 +4,31 @@
 //   y_t[c] = act(sum_{j<W} w[c][j] * x_{t-W+1+j}[c] (+ bias[c])),  fp32, in this order [TAG_CONV_ORDER]
 //
 // Inputs before the round's first token come from the slot's conv state. One unit of work is one
-// channel of one row for all T tokens (conv_channel): it reads its window, then writes it, and no other
-// unit touches that channel of that row, so the in-place update of the offset window needs no barrier.
-// The CPU and the CUDA kernel run the same functions below.
+// channel of one row for all T tokens (conv_channel): it reads its window, then writes the channel's
+// history, and no other unit touches that channel of that row. The CPU and the CUDA kernel run the same
+// functions below.
 //
 // [TAG_CONV_LAYOUT] Conv state row `slot`, conv scratch row `slot * S + t`: time-major, column j (one
-// input vector x of C channels) at element j * C, io dtype. The window of the last W - 1 inputs starts
-// at column 0 (two-phase, and after a prefill or a materialize) or at max(a - 1, 0) (fused-accept,
-// replay); a round writes columns [0, W - 2) <- [o + 1, o + W - 1) and [W - 2, W - 2 + T) <- x_1..x_T.
+// input vector x of C channels) at element j * C, io dtype. Three layouts (ConvLayout):
+//   fixed_window (two-phase): W - 1 columns, the window at column 0; each token's window goes to the
+//            conv scratch and the commit copies the accepted one back.
+//   in_place (short_conv, SPEC §11): W - 2 + S columns, the window at o = max(a - 1, 0); a call writes
+//            columns [0, W - 2) <- [o + 1, o + W - 1) and [W - 2, W - 2 + T) <- x_1..x_T over it.
+//   halves   (fused-accept, replay): two halves of W - 1 + S columns, half h = [W - 1 base | S new]
+//            at column h * (W - 1 + S). The slot's parity p (SlotStorage::round_parity, shared with the
+//            token cache) names the half its last accepted round wrote; its history is half p's base,
+//            then new[0, a) with a = accept_len (a = 0: the base alone), so the window is half p's
+//            columns [a, a + W - 1). A round reads it and writes half 1 - p: base <- the window,
+//            new[t] <- x_t; the accept step commits the round by setting the parity to 1 - p. A prefill
+//            writes half 0's base with parity 0 and a = 0; materialize moves the window there (the
+//            column-0 form anyone reading the state directly expects).
+// Why halves: every unit of a launch reads half p and only a channel's owner writes half 1 - p, so no
+// unit writes a column another unit of the same launch reads (the fused conv + verify reads q and k
+// channels in every V tile and value head of a group); a verify never accepted leaves the state valid;
+// and a token tree can read its history as base ++ new[path] with the accepted path kept per slot, no
+// scatter. Per round and channel it reads W - 1 columns and writes W - 1 + T, W - 1 more than a ring
+// of columns would (about 37 KB per layer and request at Kimi-Linear TP2, bf16, C = 6144: under 1% of
+// the 5 MiB state traffic), and a ring cannot carry a tree's path without a scatter.
 // include/kdagraph/ops.hpp (SlotStorage), the Verifier's allocation and the README describe it.
 #pragma once
 
@@ -29,14 +46,38 @@ namespace kdagraph {
 inline constexpr int32_t kMinConvWidth = 2;
 inline constexpr int32_t kMaxConvWidth = 4;
 
-// Columns a conv state row needs: the window plus room for T <= S new inputs in the offset-window
-// modes, the window alone otherwise.
-KDA_HD int32_t conv_state_columns(bool offset_window, int32_t width, int32_t scratch_steps) {
-  return offset_window ? width - 2 + scratch_steps : width - 1;
+// How a conv state row holds a slot's history [TAG_CONV_LAYOUT].
+enum class ConvLayout : int32_t { fixed_window = 0, in_place = 1, halves = 2 };
+
+// The layout of a round's conv state in a mode: halves in the offset-window modes.
+KDA_HD ConvLayout conv_layout(const ModePolicy& policy) {
+  return policy.conv_offset_window ? ConvLayout::halves : ConvLayout::fixed_window;
 }
 
-// Column where the window of a slot with accept length `a` starts (offset-window modes).
-KDA_HD int32_t conv_window_offset(int32_t accept) { return accept > 0 ? accept - 1 : 0; }
+// Columns of one half (halves): the base window and room for T <= S new inputs.
+KDA_HD int32_t conv_half_columns(int32_t width, int32_t scratch_steps) { return width - 1 + scratch_steps; }
+
+// Columns a conv state row needs.
+KDA_HD int32_t conv_state_columns(ConvLayout layout, int32_t width, int32_t scratch_steps) {
+  switch (layout) {
+    case ConvLayout::in_place: return width - 2 + scratch_steps;
+    case ConvLayout::halves: return 2 * conv_half_columns(width, scratch_steps);
+    case ConvLayout::fixed_window:
+    default: return width - 1;
+  }
+}
+
+// Column where the window of a slot with accept length `a` starts: in place, max(a - 1, 0); in the
+// halves, column a of half `parity`.
+KDA_HD int32_t conv_window_column(ConvLayout layout, int32_t accept, int32_t parity, int32_t width,
+                                  int32_t scratch_steps) {
+  switch (layout) {
+    case ConvLayout::in_place: return accept > 0 ? accept - 1 : 0;
+    case ConvLayout::halves: return (parity & 1) * conv_half_columns(width, scratch_steps) + accept;
+    case ConvLayout::fixed_window:
+    default: return 0;
+  }
+}
 
 KDA_HD float conv_activation(ConvActivation act, float z) {
   switch (act) {
@@ -61,26 +102,31 @@ struct ConvParams {
 
   // Layer `layer` of the views. Row n is slot row_slot[n] (negative: padded; >= slots: recorded, padded).
   StateView state;
-  StateView scratch;             // two-phase: conv scratch rows write_row[n][t]
+  StateView scratch;             // fixed_window: conv scratch rows write_row[n][t]
   int32_t layer = 0;
   int32_t slots = 0;             // rows of the state a batch may name
-  int32_t scratch_steps = 0;     // S: offset-window rows hold W - 2 + S columns
-  bool offset_window = true;     // ModePolicy::conv_offset_window
+  int32_t scratch_steps = 0;     // S: the rows' columns (conv_state_columns)
+  ConvLayout layout = ConvLayout::halves;
   // Bytes every state row starts at: 16 for a round's views (SPEC §10); one element for short_conv, which
   // takes any C (SPEC §11). A unit reads and writes single elements, so either layout runs the same code.
   int32_t state_row_align = 16;
   const int32_t* row_slot = nullptr;    // [N]
-  const int32_t* row_accept = nullptr;  // [N] offset window: the slot's accept length a
-  const int32_t* write_row = nullptr;   // [N, T] two-phase
+  const int32_t* row_accept = nullptr;  // [N] in_place, halves: the slot's accept length a
+  const int32_t* row_parity = nullptr;  // [N] halves: the slot's parity p
+  const int32_t* write_row = nullptr;   // [N, T] fixed_window
   DeviceErrorWord* errors = nullptr;
 };
 
 // What row n of a conv does, decided once per row: where its conv state row starts (null: padded, or
-// an invalid layer base) and where its window starts. Recorded errors are reported when `report`.
+// an invalid layer base), the column its window starts at, and (in_place, halves) the column the
+// history it writes starts at: the window's last `keep` inputs, then x_1..x_T. Recorded errors are
+// reported when `report`.
 struct ConvRow {
   char* state = nullptr;
   char* scratch = nullptr;
-  int32_t offset = 0;
+  int32_t read = 0;
+  int32_t write = 0;
+  int32_t keep = 0;
   KDA_HD bool padded() const { return state == nullptr; }
 };
 
@@ -92,15 +138,20 @@ KDA_HD ConvRow conv_row(const ConvParams& p, int32_t n, bool report) {
     if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, slot);
     return r;
   }
-  if (p.offset_window) {
-    // The window must lie inside the row's W - 2 + S columns.
-    r.offset = conv_window_offset(checked_accept(p.row_accept[n], 0, p.scratch_steps, n, p.errors, report));
+  const bool fixed = p.layout == ConvLayout::fixed_window;
+  if (!fixed) {
+    // The window must lie inside the row's columns.
+    const int32_t a = checked_accept(p.row_accept[n], 0, p.scratch_steps, n, p.errors, report);
+    const int32_t parity = p.layout == ConvLayout::halves ? p.row_parity[n] & 1 : 0;
+    r.read = conv_window_column(p.layout, a, parity, p.width, p.scratch_steps);
+    r.write = p.layout == ConvLayout::halves ? conv_window_column(p.layout, 0, 1 - parity, p.width, p.scratch_steps) : 0;
+    r.keep = p.layout == ConvLayout::halves ? p.width - 1 : p.width - 2;
   }
   char* state = layer_base(p.state, p.layer);
-  char* scratch = p.offset_window ? nullptr : layer_base(p.scratch, p.layer);
-  if (state == nullptr || (!p.offset_window && scratch == nullptr)) {
+  char* scratch = fixed ? layer_base(p.scratch, p.layer) : nullptr;
+  if (state == nullptr || (fixed && scratch == nullptr)) {
     if (report) record_device_error(p.errors, DeviceErrorCode::layer_base_invalid, n, p.layer);
-    return r;
+    return ConvRow{};
   }
   r.state = state_row(state, p.state, slot);
   r.scratch = scratch;
@@ -143,7 +194,7 @@ KDA_HD float conv_output_value(const ConvParams& p, const float (&w)[W], const f
 }
 
 // One unit of work: channel c of row n for all T tokens. The window is read whole before anything is
-// written: in the offset-window modes the row's new columns overlap the columns it was read from.
+// written: in place, the row's new columns overlap the columns it was read from.
 template <int W, class IoT>
 KDA_HD void conv_channel(const ConvParams& p, const ConvRow& r, int32_t n, int32_t c) {
   const int32_t T = p.tokens;
@@ -156,12 +207,15 @@ KDA_HD void conv_channel(const ConvParams& p, const ConvRow& r, int32_t n, int32
   }
   IoT* state = reinterpret_cast<IoT*>(r.state) + c;  // column j of this channel at state[j * C]
   float window[W - 1];
-  for (int j = 0; j < W - 1; ++j) window[j] = math::to_f32(state[(r.offset + j) * C]);
+  for (int j = 0; j < W - 1; ++j) window[j] = math::to_f32(state[(r.read + j) * C]);
   float w[W];
   for (int j = 0; j < W; ++j) w[j] = p.weight[c * int64_t(W) + j];
   const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
-  if (p.offset_window) {  // the window's last W - 2 inputs move to the front
-    for (int j = 0; j < W - 2; ++j) state[j * C] = math::from_f32<IoT>(window[j + 1]);
+  const bool writes_history = p.layout != ConvLayout::fixed_window;
+  if (writes_history) {  // the window's last `keep` inputs start the history (constant indices: registers)
+    const int32_t dropped = W - 1 - r.keep;
+    for (int j = 0; j < W - 1; ++j)
+      if (j >= dropped) state[(r.write + j - dropped) * C] = math::from_f32<IoT>(window[j]);
   }
 
   const IoT* x = static_cast<const IoT*>(p.x) + token0 * C + c;
@@ -171,8 +225,8 @@ KDA_HD void conv_channel(const ConvParams& p, const ConvRow& r, int32_t n, int32
     *out.at(token0 + t) = math::from_f32<IoT>(conv_output_value<W>(p, w, window, xt, bias));
     for (int j = 0; j < W - 2; ++j) window[j] = window[j + 1];
     window[W - 2] = xt;
-    if (p.offset_window) {
-      state[(W - 2 + t) * C] = x_raw;
+    if (writes_history) {
+      state[(r.write + r.keep + t) * C] = x_raw;
       continue;
     }
     const int32_t row = p.write_row[token0 + t];
@@ -184,14 +238,17 @@ KDA_HD void conv_channel(const ConvParams& p, const ConvRow& r, int32_t n, int32
 
 // The window moves of SPEC §9, for every (entry, layer, channel): the W - 1 columns starting at
 //   commit (two-phase, from_scratch):  conv scratch row slot * S + a - 1, a = accept_of[e];
-//   materialize (offset window):       column a - 1 of the conv state row, a = accept_len[slot],
-// go to columns [0, W - 1) of conv state row `slot`. Nothing moves for a = 0 (nor a = 1 in place).
-// materialize resets accept_len afterwards, as a separate step (ops::materialize).
+//   materialize (halves):              the slot's window, column a of half p (a = accept_len[slot],
+//                                      p = round_parity[slot]),
+// go to columns [0, W - 1) of conv state row `slot` (half 0's base). Nothing moves when the window is
+// there already (a commit with a = 0, a materialize with a = 0 and p = 0). materialize resets
+// accept_len and the parity afterwards, as a separate step (ops::materialize).
 struct ConvWindowParams {
   int32_t count = 0;                  // entries: batch rows (commit) or listed slots (materialize)
   const int32_t* slot_of = nullptr;   // [count] slot of each entry; entries outside [0, slots) are skipped
   const int32_t* accept_of = nullptr; // [count] accept length per entry (commit); nullptr: accept_len[slot]
   const int32_t* accept_len = nullptr;  // [P]
+  const int32_t* round_parity = nullptr;  // [P] materialize: the half holding each slot's history
   int32_t slots = 0;                  // P
   int32_t scratch_steps = 0;          // S
   int32_t max_accept = 0;             // accept lengths are clamped to [0, max_accept]: S, or T in replay
@@ -221,7 +278,9 @@ KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int
   if (slot < 0) return none;
   const int32_t a = checked_accept(p.accept_of != nullptr ? p.accept_of[e] : p.accept_len[slot], 0, p.max_accept, e,
                                    p.errors, report_accept);
-  if (a == 0 || (!p.from_scratch && a == 1)) return none;
+  const int32_t column =
+      p.from_scratch ? 0 : conv_window_column(ConvLayout::halves, a, p.round_parity[slot], p.width, p.scratch_steps);
+  if (p.from_scratch ? a == 0 : column == 0) return none;
   char* state = layer_base(p.state, layer);
   char* scratch = p.from_scratch ? layer_base(p.scratch, layer) : nullptr;
   if (state == nullptr || (p.from_scratch && scratch == nullptr)) {
@@ -230,12 +289,12 @@ KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int
   }
   char* dst = state_row(state, p.state, slot);
   if (p.from_scratch) return ConvWindowMove{state_row(scratch, p.scratch, scratch_row(slot, a - 1, p.scratch_steps)), dst};
-  return ConvWindowMove{dst + int64_t(a - 1) * p.channels * elem_bytes(p.io_dtype), dst};
+  return ConvWindowMove{dst + int64_t(column) * p.channels * elem_bytes(p.io_dtype), dst};
 }
 
-// Channel c of a move, elements of type E (the io dtype's bits), oldest column first. A materialize's
-// source and destination overlap with the destination first (a - 1 columns lower), so copying upwards
-// reads every column before it is overwritten.
+// Channel c of a move, elements of type E (the io dtype's bits), oldest column first. A materialize
+// within half 0 has its source and destination overlap with the destination first (a columns lower),
+// so copying upwards reads every column before it is overwritten.
 template <class E>
 KDA_HD void conv_window_channel(const ConvWindowParams& p, const ConvWindowMove& m, int32_t c) {
   const E* src = reinterpret_cast<const E*>(m.src) + c;

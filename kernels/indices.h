@@ -30,9 +30,10 @@ struct IndexBuildParams {
   // (fused accept, two-phase), or, in replay, seeds in the pool with the accepted prefix (at most T
   // tokens) replayed from the token cache row of the slot's parity and the round's tokens to the other.
   ModePolicy policy = mode_policy(Mode::fused_accept);
-  const int32_t* cache_parity = nullptr;  // [P], with the token cache only
+  // [P] where the round keeps a parity (needs_round_parity), else null: gathered into row_parity.
+  const int32_t* round_parity = nullptr;
   DeviceErrorWord* errors = nullptr;
-  RoundIndices out;  // replay_from and cache_to are written when present
+  RoundIndices out;  // replay_from, cache_to and row_parity are written when present
 };
 
 struct RowSeed {
@@ -67,8 +68,9 @@ struct BuildIndices {
     int32_t* write_row = p.out.write_row + int64_t(n) * p.tokens;
     for (int32_t t = 0; t < p.tokens; ++t)
       write_row[t] = real && p.policy.per_token_scratch ? scratch_row(r.slot, t, p.scratch_steps) : -1;
-    const bool cached = real && p.policy.token_cache;
-    const int32_t parity = cached ? p.cache_parity[r.slot] & 1 : 0;
+    const bool has_parity = real && p.round_parity != nullptr, cached = has_parity && p.policy.token_cache;
+    const int32_t parity = has_parity ? p.round_parity[r.slot] & 1 : 0;
+    if (p.out.row_parity != nullptr) p.out.row_parity[n] = has_parity ? parity : -1;
     if (p.out.replay_from != nullptr)
       p.out.replay_from[n] = cached && r.accept > 0 ? cache_row(r.slot, parity) : -1;
     if (p.out.cache_to != nullptr) p.out.cache_to[n] = cached ? cache_row(r.slot, 1 - parity) : -1;

@@ -60,9 +60,7 @@ constexpr int kResetThreads = 128;
 
 __global__ void __launch_bounds__(kResetThreads) reset_accept_len_kernel(const StateCopyParams p) {
   const int32_t e = int32_t(blockIdx.x) * kResetThreads + int32_t(threadIdx.x);
-  if (e >= p.count) return;
-  const int32_t slot = p.slot_of[e];
-  if (slot >= 0 && slot < p.slots) p.accept_len[slot] = 0;
+  if (e < p.count) reset_slot(p, e);
 }
 
 }  // namespace

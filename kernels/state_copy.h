@@ -2,7 +2,8 @@
 //   commit (two-phase):  for each batch row n with row_accept[n] = a >= 1,
 //                        pool[l][row_slot[n]] = scratch[l][slot * S + a - 1] for every layer l.
 //   materialize:         for each listed slot with accept_len[slot] = a >= 1, the same copy; then
-//                        accept_len[slot] = 0 (a second step, after every layer's copy has read it).
+//                        accept_len[slot] = 0 and round_parity[slot] = 0 where kept (a second step,
+//                        after every layer's copy and window move has read them).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@ struct StateCopyParams {
   const int32_t* slot_of = nullptr;   // [count] slot of each entry; negative entries are skipped
   const int32_t* accept_of = nullptr; // [count] accept length per entry (commit); nullptr: accept_len[slot]
   int32_t* accept_len = nullptr;      // [P]
+  int32_t* round_parity = nullptr;    // [P] materialize resets it too; null where the round keeps none
   int32_t slots = 0;                  // P
   int32_t scratch_steps = 0;          // S
   int64_t row_elems = 0;              // HV * V * K: what one layer of one slot holds
@@ -64,8 +66,17 @@ KDA_HD CopyRows copy_rows(const StateCopyParams& p, int32_t e, int32_t layer, bo
                   state_row(pool, p.pool, slot)};
 }
 
+// Materialize's last step for entry e: the listed slot, if in range, back to the form a prefill leaves
+// (accept_len 0, parity 0).
+KDA_HD void reset_slot(const StateCopyParams& p, int32_t e) {
+  const int32_t slot = p.slot_of[e];
+  if (slot < 0 || slot >= p.slots) return;
+  p.accept_len[slot] = 0;
+  if (p.round_parity != nullptr) p.round_parity[slot] = 0;
+}
+
 void copy_accepted_states_cpu(const StateCopyParams& p);
-// Sets accept_len[slot_of[e]] = 0 for every listed in-range slot.
+// reset_slot for every entry.
 void reset_accept_len_cpu(const StateCopyParams& p);
 
 }  // namespace kdagraph

@@ -16,10 +16,7 @@ void copy_accepted_states_cpu(const StateCopyParams& p) {
 }
 
 void reset_accept_len_cpu(const StateCopyParams& p) {
-  for (int32_t e = 0; e < p.count; ++e) {
-    const int32_t slot = p.slot_of[e];
-    if (slot >= 0 && slot < p.slots) p.accept_len[slot] = 0;
-  }
+  for (int32_t e = 0; e < p.count; ++e) reset_slot(p, e);
 }
 
 }  // namespace kdagraph

@@ -62,11 +62,11 @@ struct VerifyParams {
   const int32_t* replay_from = nullptr;
   const int32_t* cache_to = nullptr;
   // Materialize in replay mode: row n is slot slot_list[n] (outside [0, slots): skipped, recorded), which
-  // replays accept_len[slot] tokens from cache row slot * 2 + cache_parity[slot]; tokens is 0.
+  // replays accept_len[slot] tokens from cache row slot * 2 + round_parity[slot]; tokens is 0.
   const int32_t* slot_list = nullptr;
   int32_t slots = 0;
   const int32_t* accept_len = nullptr;
-  const int32_t* cache_parity = nullptr;
+  const int32_t* round_parity = nullptr;
 };
 
 // What row n of a launch does, decided once per row by the CPU and the CUDA kernel alike.
@@ -88,7 +88,7 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
     if (a == 0) return r;  // nothing pending: the pool holds the state already
     r.seed_pool = slot;
     r.replay = a;
-    r.replay_from = cache_row(slot, p.cache_parity[slot] & 1);
+    r.replay_from = cache_row(slot, p.round_parity[slot] & 1);
     return r;
   }
   if (p.seed_token != nullptr) {

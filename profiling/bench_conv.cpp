@@ -68,7 +68,7 @@ Buffer random_buffer(Backend b, size_t elems, DType t, std::mt19937& rng, float 
 // One layer's storage and inputs for a batch of N rows in one mode, slots 0..N-1.
 struct Layer {
   RoundSpec spec;
-  Buffer pool, scratch, conv_state, conv_scratch, accept_len, index, batch, accepted;
+  Buffer pool, scratch, conv_state, conv_scratch, accept_len, round_parity, index, batch, accepted;
   Buffer q, k, v, g, beta, o, x, weight, gate;
   SlotStorage st;
   RoundIndices idx;
@@ -93,6 +93,7 @@ struct Layer {
       accepts[size_t(i)] = 1 + i % kTokens;
     }
     accept_len = Buffer::copy_of(b, lengths);
+    round_parity = Buffer::copy_of(b, std::vector<int32_t>(N, 1));
     batch = Buffer::copy_of(b, slots);
     accepted = Buffer::copy_of(b, accepts);
     index = Buffer(b, size_t(round_index_elems(n, kTokens)) * sizeof(int32_t));
@@ -101,6 +102,7 @@ struct Layer {
     st.pool = state_view(pool.data(), DType::f32, 1, n * state, n, state);
     st.scratch = state_view(scratch.data(), DType::f32, 1, n * S * state, n * S, state);
     st.accept_len = accept_len.as<int32_t>();
+    st.round_parity = round_parity.as<int32_t>();
     st.conv_state = state_view(conv_state.data(), DType::bf16, 1, n * conv_row, n, conv_row);
     if (!mode_policy(mode).conv_offset_window)
       st.conv_scratch = state_view(conv_scratch.data(), DType::bf16, 1, n * S * scratch_row, n * S, scratch_row);

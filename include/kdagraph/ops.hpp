@@ -59,13 +59,20 @@ struct SlotStorage {
   StateView scratch;          // at least P * S rows, same dtype as the pool (modes with per-token scratch)
   int32_t* accept_len = nullptr;  // [P] int32
   // Replay mode (SPEC §3): the token cache, rows slot * 2 + parity in the io dtype, each holding one
-  // round's inputs of T tokens (token_cache_row_elems), and the parity [P] int32 of each slot's pending
-  // tokens. Other modes leave them unset.
+  // round's inputs of T tokens (token_cache_row_elems). Other modes leave it unset.
   StateView token_cache;
-  int32_t* cache_parity = nullptr;
+  // [P] int32, where needs_round_parity(spec): per slot, which of two buffers its last accepted round
+  // wrote: the token cache row (replay) and the conv state's half (fused-accept and replay with a conv).
+  // The accept step flips it; a prefill and materialize set it to 0.
+  int32_t* round_parity = nullptr;
   // The short convolution's state (SPEC §9), present exactly when spec.conv.width > 0. Both in the io
   // dtype, time-major with the C channels of one column contiguous [TAG_CONV_LAYOUT]:
-  //   conv_state:   row = slot, conv_state_row_elems: W - 2 + S columns (two-phase needs only W - 1);
+  //   conv_state:   row = slot, conv_state_row_elems. Fused-accept and replay: two halves of W - 1 + S
+  //                 columns, [W - 1 base | S new] each; the slot's history is half round_parity[slot]'s
+  //                 base, then its first accept_len new columns, and a round writes the other half. A
+  //                 prefill writes the last W - 1 inputs at columns [0, W - 1) (half 0's base) with
+  //                 accept_len 0 and parity 0; materialize moves the window there. Two-phase: the
+  //                 window alone, W - 1 columns.
   //   conv_scratch: two-phase only, row = slot * S + t, conv_scratch_row_elems: token t's W - 1 columns.
   StateView conv_state;
   StateView conv_scratch;
@@ -117,15 +124,21 @@ struct RoundIndices {
   int32_t* row_accept = nullptr;    // [N] two-phase: the row's accept length, which the commit reads
   int32_t* replay_from = nullptr;   // [N] replay: the token cache row of the tokens to replay, else -1
   int32_t* cache_to = nullptr;      // [N] replay: the token cache row this round's tokens go to, else -1
+  int32_t* row_parity = nullptr;    // [N] round_parity[slot] where the spec needs it, else -1; the accept
+                                    // step sets the slot's parity to 1 - row_parity[n]
 };
+
+// Whether a round keeps SlotStorage::round_parity: replay (its token cache), and the offset-window modes
+// with a conv (the conv state's halves).
+bool needs_round_parity(const RoundSpec& spec);
 
 // Elements (io dtype) of one token cache row: one round's k, v, g and beta of T tokens,
 // T * (H * K + HV * V + HV * K + HV). Laid out as one input row is: k [T, H, K], v [T, HV, V],
 // g [T, HV, K], beta [T, HV].
 int64_t token_cache_row_elems(const RoundSpec& spec);
 
-// Elements (io dtype) of one conv state row: W - 2 + S columns of C in the offset-window modes
-// (fused-accept, replay), W - 1 in two-phase. 0 when spec.conv.width is 0.
+// Elements (io dtype) of one conv state row: 2 (W - 1 + S) columns of C in the offset-window modes
+// (fused-accept, replay: two halves), W - 1 in two-phase. 0 when spec.conv.width is 0.
 int64_t conv_state_row_elems(const RoundSpec& spec, int32_t scratch_steps);
 // Elements (io dtype) of one conv scratch row (two-phase): one token's window, (W - 1) * C.
 int64_t conv_scratch_row_elems(const RoundSpec& spec);
@@ -228,10 +241,10 @@ void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, con
                         int32_t* accepted, DeviceErrorWord* errors = nullptr);
 
 // SPEC §9: the short convolution of layer `layer` for `rows` rows, before its verify: each row reads
-// its window from storage.conv_state (fused-accept, replay: at column max(a - 1, 0) with a = the
-// gathered idx.seed_accept, then advanced in place; two-phase: at column 0, each token's window written
-// to conv_scratch row write_row[n][t]) and writes y to the segments of `in`. Padded rows read and write
-// no conv state and output zeros.
+// its window from storage.conv_state (fused-accept, replay: column a of half p, with a and p the
+// gathered idx.seed_accept and idx.row_parity, and writes its history to half 1 - p; two-phase: at
+// column 0, each token's window written to conv_scratch row write_row[n][t]) and writes y to the
+// segments of `in`. Padded rows read and write no conv state and output zeros.
 void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                 int32_t rows, int32_t layer, const ConvLayerInputs& in);
 
@@ -239,8 +252,9 @@ void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& stora
 void short_conv(const Stream& s, const ShortConvCall& call);
 
 // SPEC §3 accept: `accepted` [rows] in backend memory (the sampler's lengths). Fused-accept writes
-// accept_len[slot] = a; two-phase records a in idx.row_accept for the commit. A length outside [1, T] is
-// clamped into it and recorded.
+// accept_len[slot] = a; two-phase records a in idx.row_accept for the commit. Where the spec keeps a
+// round parity, the slot's flips to the buffers this round wrote. A length outside [1, T] is clamped into
+// it and recorded.
 void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
             int32_t rows, const int32_t* accepted);
 
@@ -255,7 +269,8 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
 // accept_len[slot] = 0. Fused-accept copies scratch row slot*S + a - 1; replay applies the a cached
 // tokens to the pool, which needs each layer's gate parameters when the gate is in the kernel: `gates`
 // [L] (host array of backend pointers), else unused. With a conv (fused-accept, replay) the window moves
-// from column a - 1 to column 0 first. Entries outside [0, P) are skipped and recorded.
+// to columns [0, W - 1) (half 0's base) first. round_parity[slot], where kept, is reset to 0 with
+// accept_len. Entries outside [0, P) are skipped and recorded.
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
                  int32_t count, const GateParams* gates = nullptr);
 

@@ -67,7 +67,8 @@ class Verifier {
   size_t scratch_bytes() const;      // 0 in replay mode, which keeps no per-token states
   size_t token_cache_bytes() const;  // replay mode: [L, 2 P] rows of one round's inputs; 0 otherwise
   // The conv state [L, P, rows] and conv scratch [L, P * S, rows] (two-phase) in the io dtype, time-major
-  // rows (include/kdagraph/ops.hpp, SlotStorage); nullptr and 0 without a conv.
+  // rows (include/kdagraph/ops.hpp, SlotStorage: two halves in the offset-window modes); nullptr and 0
+  // without a conv.
   void* conv_state() const;
   size_t conv_state_bytes() const;
   size_t conv_scratch_bytes() const;
@@ -83,9 +84,10 @@ class Verifier {
   // ---- host setup and inspection: synchronous, never on a round's hot path ----
   // They are ordered on `s` after the work already enqueued there and return when done (they wait
   // for `s`), so they are safe with non-blocking streams too.
-  // Prefill: pool[l][slot] = states[l] for every layer, accept_len[slot] = 0. `states` is host memory
-  // [L, HV, V, K] in the state dtype. With a conv, `conv_window` is host memory [L, W - 1, C] in the io
-  // dtype, each layer's last W - 1 inputs, oldest first: columns [0, W - 1) of the slot's conv state.
+  // Prefill: pool[l][slot] = states[l] for every layer, accept_len[slot] = 0 (and its round parity 0).
+  // `states` is host memory [L, HV, V, K] in the state dtype. With a conv, `conv_window` is host memory
+  // [L, W - 1, C] in the io dtype, each layer's last W - 1 inputs, oldest first: columns [0, W - 1) of
+  // the slot's conv state.
   void prefill(const Stream& s, int32_t slot, const void* states, const void* conv_window = nullptr);
   // Copies pool[l][slot] for every layer into host memory [L, HV, V, K]. Call materialize first in
   // fused-accept mode if the slot's latest state may still be in scratch.

@@ -202,9 +202,10 @@ void bind_classes(nb::module_& m) {
             return v.view(self, v.verifier->conv_state(), {L, P, columns, C}, v.io_elem(),
                           {int64_t(P) * stride, stride, int64_t(C), 1});
           },
-          "The conv state [L, P, columns, C] (columns W - 2 + S, two-phase W - 1; rows padded to 16 bytes), zero-copy "
-          "(numpy on the CPU, a DLPack array on CUDA; bf16 as uint16 bits); None without a conv. Its window is at "
-          "column max(accept_len - 1, 0) in fused-accept and replay; materialize moves it to column 0.")
+          "The conv state [L, P, columns, C] (columns 2 (W - 1 + S): two halves; two-phase W - 1; rows padded to 16 bytes), zero-copy "
+          "(numpy on the CPU, a DLPack array on CUDA; bf16 as uint16 bits); None without a conv. In fused-accept and "
+          "replay the window is column accept_len of the half the slot's round parity names; materialize moves it "
+          "to column 0.")
       .def_prop_ro(
           "pool",
           [](nb::handle self) {

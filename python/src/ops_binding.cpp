@@ -310,12 +310,12 @@ Elem io_elem(const RoundSpec& spec) { return elem_of(spec.io_dtype); }
 struct PyStorage {
   RoundSpec spec;
   LayerStates pool, scratch, cache, conv_state, conv_scratch;
-  Array accept_len, cache_parity;
+  Array accept_len, round_parity;
   SlotStorage storage;
   Backend backend = Backend::cpu;
 
   PyStorage(const PySpec& sp, nb::handle pool_, nb::handle accept_len_, int32_t scratch_steps, nb::handle scratch_,
-            nb::handle token_cache_, nb::handle cache_parity_, nb::handle conv_state_, nb::handle conv_scratch_)
+            nb::handle token_cache_, nb::handle round_parity_, nb::handle conv_state_, nb::handle conv_scratch_)
       : spec(sp.spec) {
     const RowForm state_row{true, Elem::f32, int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k};
     pool = layer_states(pool_, "pool", spec, state_row);
@@ -339,22 +339,28 @@ struct PyStorage {
       storage.scratch = scratch.view;
     }
     if (policy.token_cache) {
-      if (token_cache_.is_none() || cache_parity_.is_none())
-        throw InvalidArgument(token_cache_.is_none() ? "token_cache" : "cache_parity",
-                              "replay mode needs token_cache [L, 2 P, token_cache_row_elems] and cache_parity [P]");
+      if (token_cache_.is_none())
+        throw InvalidArgument("token_cache", "replay mode needs token_cache [L, 2 P, token_cache_row_elems]");
       cache = layer_states(token_cache_, "token_cache", spec, RowForm{false, io_elem(spec), token_cache_row_elems(spec)});
       require_same_place(cache.arrays[0], pool.arrays[0]);
       storage.token_cache = cache.view;
-      cache_parity = take(cache_parity_, "cache_parity");
-      require_elem(cache_parity, {Elem::i32});
-      require_shape(cache_parity, {storage.slots});
-      storage.cache_parity = cache_parity.as<int32_t>();
+    }
+    if (needs_round_parity(spec)) {
+      if (round_parity_.is_none())
+        throw InvalidArgument("round_parity", std::string("round_parity is None: mode ") + to_string(spec.mode) +
+                                                  (policy.token_cache ? "" : " with a conv") +
+                                                  " keeps a parity [P] int32 per slot (0 after a prefill)");
+      round_parity = take(round_parity_, "round_parity");
+      require_elem(round_parity, {Elem::i32});
+      require_shape(round_parity, {storage.slots});
+      require_same_place(round_parity, pool.arrays[0]);
+      storage.round_parity = round_parity.as<int32_t>();
     }
     take_conv(policy, conv_state_, conv_scratch_);
   }
 
-  // SPEC §9: the conv state [L, P, columns, C] (columns W - 2 + S, two-phase W - 1) and, in two-phase, the
-  // conv scratch [L, P * S, W - 1, C], exactly when the spec has a conv.
+  // SPEC §9: the conv state [L, P, columns, C] (columns 2 (W - 1 + S): two halves; two-phase W - 1) and,
+  // in two-phase, the conv scratch [L, P * S, W - 1, C], exactly when the spec has a conv.
   void take_conv(const ModePolicy& policy, nb::handle conv_state_, nb::handle conv_scratch_) {
     const ConvShape& conv = spec.conv;
     if (conv.width == 0) {
@@ -456,7 +462,7 @@ void bind_ops(nb::module_& m) {
       .def_prop_ro("conv_activation", [](const PySpec& s) { return std::string(conv_activation_name(s.spec.conv.activation)); })
       .def("conv_state_row_elems", [](const PySpec& s, int32_t scratch_steps) { return conv_state_row_elems(s.spec, scratch_steps); },
            "scratch_steps"_a,
-           "Elements of one conv state row: (W - 2 + S) * C in fused-accept and replay, (W - 1) * C in two-phase")
+           "Elements of one conv state row: 2 (W - 1 + S) C in fused-accept and replay (two halves), (W - 1) C in two-phase")
       .def_prop_ro("conv_scratch_row_elems", [](const PySpec& s) { return conv_scratch_row_elems(s.spec); },
                    "Elements of one conv scratch row (two-phase): (W - 1) * C")
       .def_prop_ro("token_cache_row_elems", [](const PySpec& s) { return token_cache_row_elems(s.spec); },
@@ -472,13 +478,14 @@ void bind_ops(nb::module_& m) {
   nb::class_<PyStorage>(m, "SlotStorage",
                         "The caller's per-slot storage (SPEC §2, §9, §10): pool and scratch as one array [L, rows, HV, V, K] "
                         "or a list of L arrays [rows, HV, V, K]; accept_len [P] int32; replay's token cache; with a conv "
-                        "(spec.conv_width > 0) the conv state [L, P, W - 2 + S (two-phase: W - 1), C] and, in two-phase, "
+                        "(spec.conv_width > 0) the conv state [L, P, 2 (W - 1 + S) (two-phase: W - 1), C] and, in two-phase, "
                         "the conv scratch [L, P * S, W - 1, C] in the io dtype (or [L, rows, stride] with padded rows, or "
-                        "lists of L arrays)")
+                        "lists of L arrays); round_parity [P] int32 (0 after a prefill) in replay, and in fused-accept with "
+                        "a conv")
       .def(nb::init<const PySpec&, nb::handle, nb::handle, int32_t, nb::handle, nb::handle, nb::handle, nb::handle,
                     nb::handle>(),
            "spec"_a, nb::kw_only(), "pool"_a, "accept_len"_a, "scratch_steps"_a, "scratch"_a.none() = nb::none(),
-           "token_cache"_a.none() = nb::none(), "cache_parity"_a.none() = nb::none(), "conv_state"_a.none() = nb::none(),
+           "token_cache"_a.none() = nb::none(), "round_parity"_a.none() = nb::none(), "conv_state"_a.none() = nb::none(),
            "conv_scratch"_a.none() = nb::none())
       .def_prop_ro("slots", [](const PyStorage& s) { return s.storage.slots; })
       .def_prop_ro("scratch_steps", [](const PyStorage& s) { return s.storage.scratch_steps; });
@@ -501,6 +508,7 @@ void bind_ops(nb::module_& m) {
         at("row_accept", idx.row_accept, rows);
         at("replay_from", idx.replay_from, rows);
         at("cache_to", idx.cache_to, rows);
+        at("row_parity", idx.row_parity, rows);
         at("write_row", idx.write_row, int64_t(rows) * tokens);
         return d;
       },

@@ -106,7 +106,7 @@ struct CallerStorage {
   int32_t pool_rows;  // P, or P + 1 with SGLang's padding slot
   CallerStates pool, scratch, token_cache;
   CallerStates conv_state, conv_scratch;  // rows 0 without a conv; conv_scratch: two-phase only
-  detail::Buffer accept_len, cache_parity, index_storage, batch, accepted, materialize_list;
+  detail::Buffer accept_len, round_parity, index_storage, batch, accepted, materialize_list;
   SlotStorage storage;
   RoundIndices idx;
 
@@ -125,7 +125,7 @@ struct CallerStorage {
                      conv.width > 0 && !mode_policy(c.mode).conv_offset_window ? int64_t(pool_rows) * c.pool.scratch_steps : 0,
                      conv_scratch_row_elems(spec)),
         accept_len(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(size_t(pool_rows), 0))),
-        cache_parity(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(size_t(pool_rows), 0))),
+        round_parity(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(size_t(pool_rows), 0))),
         index_storage(c.backend, size_t(round_index_elems(c.max_rows, c.tokens)) * sizeof(int32_t)),
         batch(c.backend, (1 + size_t(c.max_rows)) * sizeof(int32_t)),
         accepted(c.backend, size_t(c.max_rows) * sizeof(int32_t)),
@@ -136,10 +136,8 @@ struct CallerStorage {
     storage.pool = pool.view;
     storage.scratch = scratch.view;
     storage.accept_len = accept_len.as<int32_t>();
-    if (mode_policy(c.mode).token_cache) {
-      storage.token_cache = token_cache.view;
-      storage.cache_parity = cache_parity.as<int32_t>();
-    }
+    if (mode_policy(c.mode).token_cache) storage.token_cache = token_cache.view;
+    if (needs_round_parity(spec)) storage.round_parity = round_parity.as<int32_t>();
     if (conv.width > 0) {
       storage.conv_state = conv_state.view;
       if (conv_scratch.rows > 0) storage.conv_scratch = conv_scratch.view;
@@ -159,12 +157,14 @@ struct CallerStorage {
   BatchView batch_view(int32_t rows) const {
     return BatchView{batch.as<int32_t>() + 1, batch.as<int32_t>(), rows};
   }
-  // The engine's own prefill: its state into pool[slot], accept_len[slot] = 0.
+  // The engine's own prefill: its state into pool[slot], accept_len[slot] = 0 and round_parity[slot] = 0
+  // (a conv window, at columns [0, W - 1), is the caller's to write).
   void prefill(int32_t slot, const std::vector<uint8_t>& states) {
     const size_t layer_bytes = size_t(row_elems(config)) * dtype_size(config.pool.state_dtype);
     for (int32_t l = 0; l < config.model.layers; ++l) pool.write_row(l, slot, states.data() + size_t(l) * layer_bytes);
     const int32_t zero = 0;
     detail::copy_to_backend(config.backend, accept_len.as<int32_t>() + slot, &zero, sizeof zero);
+    detail::copy_to_backend(config.backend, round_parity.as<int32_t>() + slot, &zero, sizeof zero);
   }
 };
 

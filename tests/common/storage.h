@@ -16,10 +16,10 @@ namespace kdagraph::test {
 
 struct StorageSnapshot {
   std::vector<uint8_t> pool, scratch, token_cache;
-  std::vector<int32_t> accept_len, cache_parity;
+  std::vector<int32_t> accept_len, round_parity;
   bool operator==(const StorageSnapshot& o) const {
     return pool == o.pool && scratch == o.scratch && token_cache == o.token_cache && accept_len == o.accept_len &&
-           cache_parity == o.cache_parity;
+           round_parity == o.round_parity;
   }
 };
 
@@ -34,9 +34,9 @@ inline StorageSnapshot snapshot(const Verifier& v) {
   detail::copy_to_host(b, s.accept_len.data(), v.accept_len(), s.accept_len.size() * sizeof(int32_t));
   s.token_cache.resize(v.token_cache_bytes());
   detail::copy_to_host(b, s.token_cache.data(), v.storage().token_cache.base, s.token_cache.size());
-  if (v.storage().cache_parity != nullptr) {
-    s.cache_parity.resize(s.accept_len.size());
-    detail::copy_to_host(b, s.cache_parity.data(), v.storage().cache_parity, s.cache_parity.size() * sizeof(int32_t));
+  if (v.storage().round_parity != nullptr) {
+    s.round_parity.resize(s.accept_len.size());
+    detail::copy_to_host(b, s.round_parity.data(), v.storage().round_parity, s.round_parity.size() * sizeof(int32_t));
   }
   return s;
 }
@@ -65,7 +65,7 @@ inline void expect_slot_unchanged(const VerifierConfig& c, const StorageSnapshot
       EXPECT_EQ(0, std::memcmp(a.token_cache.data() + at, b.token_cache.data() + at, 2 * row))
           << "token cache slot " << slot << " layer " << l;
     }
-    EXPECT_EQ(a.cache_parity[size_t(slot)], b.cache_parity[size_t(slot)]) << "cache parity slot " << slot;
+    EXPECT_EQ(a.round_parity[size_t(slot)], b.round_parity[size_t(slot)]) << "cache parity slot " << slot;
   }
   EXPECT_EQ(a.accept_len[size_t(slot)], b.accept_len[size_t(slot)]) << "accept_len slot " << slot;
 }

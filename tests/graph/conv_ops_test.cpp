@@ -4,6 +4,7 @@
 // with every buffer unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -66,7 +67,7 @@ TEST(ConvOps, RowElemsFollowTheMode) {
   spec.conv = ConvShape{80, 4, ConvActivation::silu};
   for (Mode m : {Mode::fused_accept, Mode::replay}) {
     spec.mode = m;
-    EXPECT_EQ(conv_state_row_elems(spec, 5), (4 - 2 + 5) * 80);
+    EXPECT_EQ(conv_state_row_elems(spec, 5), 2 * (4 - 1 + 5) * 80);  // two halves
   }
   spec.mode = Mode::two_phase;
   EXPECT_EQ(conv_state_row_elems(spec, 5), 3 * 80);
@@ -80,6 +81,7 @@ TEST(ConvOps, RowElemsFollowTheMode) {
 TEST(ConvOps, ShortConvIsTheOffsetWindowConvOnOneSegment) {
   for (DType io : {DType::f32, DType::bf16}) {
     ConvCaseShape sh;
+    sh.layout = ConvLayout::in_place;
     sh.io = io;
     sh.channels = 131;
     sh.tokens = 3;
@@ -108,6 +110,7 @@ TEST(ConvOps, ShortConvIsTheOffsetWindowConvOnOneSegment) {
 
 TEST(ConvOps, ShortConvRefusesBadArgumentsByName) {
   ConvCaseShape sh;
+  sh.layout = ConvLayout::in_place;
   sh.channels = 10;
   ConvCase c(sh, fresh_seed(), {0, 1, 2, 3}, {0, 0, 0, 0});
   ShortConvCall good;
@@ -305,7 +308,7 @@ TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
         }
       }
       c.accept_len.upload(accept_len.data(), accept_len.size() * sizeof(int32_t));
-      c.cache_parity.upload(parity.data(), parity.size() * sizeof(int32_t));
+      c.round_parity.upload(parity.data(), parity.size() * sizeof(int32_t));
       c.materialize_list.upload(list.data(), list.size() * sizeof(int32_t));
       ops::materialize(kCpu, c.spec, c.storage, c.materialize_list.as<int32_t>(), int32_t(list.size()), gates.data());
       return std::vector<std::vector<uint8_t>>{c.pool.bytes(), c.conv_state.bytes(), c.accept_len.download<uint8_t>()};
@@ -320,6 +323,144 @@ TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
     EXPECT_TRUE((twice_errors.row == 1 && twice_errors.value == 3) || (twice_errors.row == 3 && twice_errors.value == 5))
         << "row " << twice_errors.row << ", value " << twice_errors.value;
     EXPECT_GE(twice_errors.count, 2u);
+  }
+}
+
+// The halves layout [TAG_CONV_LAYOUT] through the operations, in fused-accept and replay: a round
+// whose conv runs and is never accepted (twice, with other inputs) leaves the conv state as it was, so
+// the same round run again gives bitwise the same outputs; once accepted, materialize leaves the
+// column-0 form (the last W - 1 accepted inputs at columns [0, W - 1), accept_len 0, parity 0), from
+// which the next round reads its window. Run on the in-place layout, the second round would read a
+// window the first overwrote.
+TEST(ConvOps, ARoundNeverAcceptedLeavesTheConvStateAndMaterializeGivesColumnZeroForm) {
+  for (Mode mode : {Mode::fused_accept, Mode::replay}) {
+    for (DType io : {DType::f32, DType::bf16}) {
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(std::string(to_string(mode)) + " " + to_string(io) + " seed=" + std::to_string(seed));
+      std::mt19937_64 rng(seed);
+      VerifierConfig cfg = conv_config(io);
+      cfg.mode = mode;
+      const ConvShape conv = kimi_conv(cfg);
+      ConvModeRun run(cfg, CallerLayout::compact, conv);
+      CallerStorage& c = run.st;
+      const int32_t L = cfg.model.layers, N = cfg.max_rows, T = cfg.tokens, C = conv.channels, W = conv.width;
+      // Slots 1, 3, 4, 6 in the batch; every conv state byte random, the window at columns [0, W - 1).
+      const std::vector<int32_t> batch_slots = {3, 6, 1, 4};
+      std::vector<std::vector<std::vector<std::vector<double>>>> history(static_cast<size_t>(N));  // [row][layer][W - 1][C]
+      for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) {
+        c.prefill(slot, random_states(cfg, rng));
+        for (int32_t l = 0; l < L; ++l) {
+          const std::vector<uint8_t> row = random_io_bytes(size_t(c.conv_state.row_elems), io, rng, -2.0f, 2.0f);
+          c.conv_state.write_row(l, slot, row.data());
+          const auto at = std::find(batch_slots.begin(), batch_slots.end(), slot);
+          if (at == batch_slots.end()) continue;
+          auto& h = history[size_t(at - batch_slots.begin())];
+          h.emplace_back(size_t(W - 1), std::vector<double>(size_t(C)));
+          for (int32_t j = 0; j < W - 1; ++j)
+            for (int32_t ch = 0; ch < C; ++ch) h.back()[size_t(j)][size_t(ch)] = math::load_as_f32(row.data(), io, int64_t(j) * C + ch);
+        }
+      }
+      std::vector<detail::Buffer> weight;
+      std::vector<RefConv> ref;
+      for (int32_t l = 0; l < L; ++l) {
+        std::uniform_real_distribution<float> d(-0.8f, 0.8f);
+        std::vector<float> w(size_t(C) * W);
+        for (auto& e : w) e = d(rng);
+        weight.push_back(detail::Buffer::copy_of(Backend::cpu, w));
+        ref.push_back(RefConv{C, W, std::vector<double>(w.begin(), w.end()), {}, true});
+      }
+      std::vector<int32_t> packed = {N};
+      packed.insert(packed.end(), batch_slots.begin(), batch_slots.end());
+      c.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
+      // One conv round of every layer with inputs `x` [layer]; returns the outputs q, k, v per layer.
+      auto conv_round = [&](const std::vector<std::vector<uint8_t>>& x) {
+        ops::build_indices(kCpu, c.spec, c.storage, c.batch_view(N), c.idx);
+        std::vector<detail::Buffer> x_buffers;
+        for (int32_t l = 0; l < L; ++l) {
+          x_buffers.push_back(detail::Buffer::copy_of(Backend::cpu, x[size_t(l)]));
+          for (auto* set : {&run.q, &run.k, &run.v}) (*set)[size_t(l)].fill(0xff);
+          ops::conv_layer(kCpu, c.spec, c.storage, c.idx, N, l,
+                          conv_into_verify_inputs(c.spec, x_buffers.back().data(), weight[size_t(l)].as<float>(), nullptr,
+                                                  run.q[size_t(l)].data(), run.k[size_t(l)].data(), run.v[size_t(l)].data()));
+        }
+        return run.outputs();
+      };
+      auto fresh_x = [&] {
+        std::vector<std::vector<uint8_t>> x;
+        for (int32_t l = 0; l < L; ++l) x.push_back(random_io_bytes(size_t(N) * T * C, io, rng, -2.0f, 2.0f));
+        return x;
+      };
+      // Row n's inputs of layer l, [T][C].
+      auto inputs_of = [&](const std::vector<std::vector<uint8_t>>& x, int32_t l, int32_t n) {
+        std::vector<std::vector<double>> xs(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(C)));
+        for (int32_t t = 0; t < T; ++t)
+          for (int32_t ch = 0; ch < C; ++ch)
+            xs[size_t(t)][size_t(ch)] = math::load_as_f32(x[size_t(l)].data(), io, (int64_t(n) * T + t) * C + ch);
+        return xs;
+      };
+      auto accept = [&](const std::vector<std::vector<uint8_t>>& x, const std::vector<int32_t>& accepted) {
+        c.accepted.upload(accepted.data(), accepted.size() * sizeof(int32_t));
+        ops::accept(kCpu, c.spec, c.storage, c.idx, N, c.accepted.as<int32_t>());
+        for (int32_t n = 0; n < N; ++n)
+          for (int32_t l = 0; l < L; ++l)
+            history[size_t(n)][size_t(l)] = ref_after_accept(history[size_t(n)][size_t(l)], inputs_of(x, l, n), accepted[size_t(n)]);
+      };
+      // The outputs of a round against fp64 from each row's history.
+      auto expect_outputs = [&](const std::vector<std::vector<uint8_t>>& x, const std::vector<std::vector<uint8_t>>& y) {
+        const int32_t HK = cfg.model.heads * cfg.model.head_k;
+        for (int32_t l = 0; l < L; ++l) {
+          std::vector<double> got, want;
+          for (int32_t n = 0; n < N; ++n) {
+            const auto yr = ref_conv(ref[size_t(l)], history[size_t(n)][size_t(l)], inputs_of(x, l, n));
+            for (int32_t t = 0; t < T; ++t)
+              for (int32_t ch = 0; ch < C; ++ch) {
+                const int seg = ch < HK ? 0 : ch < 2 * HK ? 1 : 2;
+                const int32_t first = seg * HK, width = seg < 2 ? HK : C - 2 * HK;
+                got.push_back(math::load_as_f32(y[size_t(seg * L + l)].data(), io, (int64_t(n) * T + t) * width + ch - first));
+                want.push_back(yr[size_t(t)][size_t(ch)]);
+              }
+          }
+          EXPECT_LE(rel_error(got, want), conv_tolerance(io)) << "layer " << l;
+        }
+      };
+
+      const auto x0 = fresh_x();
+      expect_outputs(x0, conv_round(x0));
+      accept(x0, {2, T, 1, 3});  // the parity flips: the next round reads half 1
+      const auto x1 = fresh_x();
+      const auto first = conv_round(x1);
+      expect_outputs(x1, first);
+      conv_round(fresh_x());  // dropped rounds: never accepted
+      conv_round(fresh_x());
+      ASSERT_TRUE(conv_round(x1) == first) << "the same round after dropped ones differs: the state changed";
+      accept(x1, {T, 1, 2, 1});
+
+      const std::vector<int32_t> parity_before = c.round_parity.download<int32_t>();
+      for (int32_t slot : batch_slots) EXPECT_EQ(parity_before[size_t(slot)], 0) << "two accepted rounds flip it back";
+      const std::vector<int32_t> all = {1, 3, 4, 6};
+      c.materialize_list.upload(all.data(), all.size() * sizeof(int32_t));
+      // Replay's materialize replays the (never written) cached tokens with these gate parameters: only the
+      // conv state is checked here.
+      const GateParams gate{weight[0].as<float>(), weight[0].as<float>()};
+      const std::vector<GateParams> gates(size_t(L), gate);
+      ops::materialize(kCpu, c.spec, c.storage, c.materialize_list.as<int32_t>(), 4, gates.data());
+      const std::vector<uint8_t> state = c.conv_state.bytes();
+      const std::vector<int32_t> accept_len = c.accept_len.download<int32_t>(), parity = c.round_parity.download<int32_t>();
+      for (int32_t n = 0; n < N; ++n) {
+        const int32_t slot = batch_slots[size_t(n)];
+        EXPECT_EQ(accept_len[size_t(slot)], 0) << "slot " << slot;
+        EXPECT_EQ(parity[size_t(slot)], 0) << "slot " << slot;
+        for (int32_t l = 0; l < L; ++l) {
+          const std::vector<uint8_t> row = c.conv_state.row(state, l, slot);
+          for (int32_t j = 0; j < W - 1; ++j)
+            for (int32_t ch = 0; ch < C; ++ch)
+              ASSERT_EQ(math::load_as_f32(row.data(), io, int64_t(j) * C + ch), float(history[size_t(n)][size_t(l)][size_t(j)][size_t(ch)]))
+                  << "slot " << slot << " layer " << l << " column " << j << " channel " << ch << ": not the column-0 form";
+        }
+      }
+      const auto x2 = fresh_x();
+      expect_outputs(x2, conv_round(x2));  // the round after a materialize reads the column-0 form
+    }
   }
 }
 

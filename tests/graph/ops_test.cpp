@@ -49,7 +49,7 @@ TEST(Ops, RoundIndicesTileTheirStorage) {
     for (size_t i = 0; i < n; ++i) ++owners[size_t(p - storage.data()) + i];
   };
   for (const int32_t* p : {idx.row_slot, idx.seed_pool, idx.seed_scratch, idx.seed_accept, idx.row_accept,
-                           idx.replay_from, idx.cache_to})
+                           idx.replay_from, idx.cache_to, idx.row_parity})
     mark(p, 5);
   mark(idx.write_row, 15);
   EXPECT_EQ(owners, std::vector<int>(storage.size(), 1)) << "every element belongs to exactly one array";
@@ -120,7 +120,7 @@ int expect_refused_and_unchanged(Mode mode, const std::function<std::vector<BadC
   };
   auto snapshot = [&] {
     std::vector<std::vector<uint8_t>> all = {c.pool.bytes(), c.scratch.bytes(), c.token_cache.bytes(),
-                                             c.accept_len.download<uint8_t>(), c.cache_parity.download<uint8_t>(),
+                                             c.accept_len.download<uint8_t>(), c.round_parity.download<uint8_t>(),
                                              c.index_storage.download<uint8_t>()};
     for (const auto& o : in.o[1]) all.push_back(o.download<uint8_t>());
     return all;
@@ -166,7 +166,7 @@ std::vector<BadCall> bad_replay_calls(CallerStorage&) {
       {"storage.token_cache.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.row_stride -= 4; }},
       {"storage.token_cache.layers", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.layers = 3; }},
       {"storage.token_cache", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.base = nullptr; }},
-      {"storage.cache_parity", [](auto&, SlotStorage& s, auto&, auto&) { s.cache_parity = nullptr; }},
+      {"storage.round_parity", [](auto&, SlotStorage& s, auto&, auto&) { s.round_parity = nullptr; }},
       {"idx.replay_from", [](auto&, auto&, RoundIndices& i, auto&) { i.replay_from = nullptr; }},
       {"idx.cache_to", [](auto&, auto&, RoundIndices& i, auto&) { i.cache_to = nullptr; }},
       {"storage.pool.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.row_stride += 2; }},

@@ -100,8 +100,9 @@ VerifierConfig conv_verifier(Mode mode) {
   return c;
 }
 
-// A prefill writes the slot's window at columns [0, W - 1) of every layer and nothing else of the conv
-// state; read_conv_window reads it back.
+// A prefill writes the slot's window at columns [0, W - 1) of every layer (half 0's base in the
+// offset-window modes, with the slot's round parity back to 0) and nothing else of the conv state;
+// read_conv_window reads it back.
 TEST(VerifierConv, PrefillSetsTheWindowOfItsSlotOnly) {
   std::mt19937_64 rng(fresh_seed());
   for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
@@ -113,7 +114,13 @@ TEST(VerifierConv, PrefillSetsTheWindowOfItsSlotOnly) {
     std::vector<float> states(v.slot_state_bytes() * size_t(c.model.layers) / 4, 0.25f);
     std::vector<float> window(v.conv_window_bytes() * size_t(c.model.layers) / 4);
     for (auto& x : window) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    int32_t* parity = v.storage().round_parity;
+    EXPECT_EQ(parity != nullptr, mode != Mode::two_phase) << "a round parity with the conv's halves only";
+    if (parity != nullptr) parity[5] = 1;  // as a round accepted before a re-prefill leaves it
     v.prefill(kCpu, 5, states.data(), window.data());
+    if (parity != nullptr) {
+      EXPECT_EQ(parity[5], 0) << "a prefill leaves the window in half 0";
+    }
     std::vector<float> back(window.size());
     v.read_conv_window(kCpu, 5, back.data());
     EXPECT_EQ(back, window);

@@ -18,7 +18,7 @@ namespace {
 
 // Device copies of a ConvCase's buffers; run() uploads the case, launches and copies the results back.
 struct DeviceConv {
-  DeviceBuffer x, y0, y1, y2, state, scratch, weight, bias, row_slot, row_accept, write_row;
+  DeviceBuffer x, y0, y1, y2, state, scratch, weight, bias, row_slot, row_accept, row_parity, write_row, slot_parity;
   explicit DeviceConv(const ConvCase& c)
       : x(c.x.bytes),
         y0(c.y[0].bytes),
@@ -30,11 +30,13 @@ struct DeviceConv {
         bias(c.bias.empty() ? std::vector<float>(1) : c.bias),
         row_slot(c.row_slot),
         row_accept(c.row_accept),
-        write_row(c.write_row) {}
+        row_parity(c.row_parity),
+        write_row(c.write_row),
+        slot_parity(c.slot_parity) {}
   ConvPointers pointers() const {
     return ConvPointers{x.data(), {y0.data(), y1.data(), y2.data()}, state.data(), scratch.data(),
                         weight.as<float>(), bias.as<float>(), row_slot.as<int32_t>(), row_accept.as<int32_t>(),
-                        write_row.as<int32_t>()};
+                        row_parity.as<int32_t>(), write_row.as<int32_t>(), slot_parity.as<int32_t>()};
   }
   void download(ConvCase& c) const {
     c.y[0].bytes = y0.download<uint8_t>();
@@ -77,8 +79,10 @@ TEST_P(ConvCudaReferenceSweep, MatchesFp64AndTheCpu) {
   for (int32_t a = 0; a <= sh.tokens; ++a) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(sh.str() + " a=" + std::to_string(a) + " seed=" + std::to_string(seed));
-    ConvCase gpu(sh, seed, {3, -1, 0, 4}, {a, 0, sh.tokens, (a + 1) % (sh.tokens + 1)});
-    ConvCase cpu(sh, seed, {3, -1, 0, 4}, {a, 0, sh.tokens, (a + 1) % (sh.tokens + 1)});
+    const std::vector<int32_t> slots = {3, -1, 0, 4}, accepts = {a, 0, sh.tokens, (a + 1) % (sh.tokens + 1)};
+    const std::vector<int32_t> parities = {a % 2, 0, 1, 0};
+    ConvCase gpu(sh, seed, slots, accepts, parities);
+    ConvCase cpu(sh, seed, slots, accepts, parities);
     const ConvExpectation want = expect_of(gpu);
     kCudaConv.conv(gpu);
     expect_conv_results(gpu, want, conv_tolerance(sh.io));
@@ -154,6 +158,7 @@ TEST(ConvCudaLaunch, RefusesParametersTheKernelsAreNotBuiltFor) {
       {"state", [](ConvParams& p) { p.state.row_stride = 4; }},
       {"state", [](ConvParams& p) { p.state.dtype = DType::bf16; }},
       {"row_accept", [](ConvParams& p) { p.row_accept = nullptr; }},
+      {"row_parity", [](ConvParams& p) { p.row_parity = nullptr; }},
   };
   for (const auto& [argument, spoil] : bad) {
     ConvParams p = good;

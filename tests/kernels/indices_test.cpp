@@ -69,7 +69,7 @@ Built build(const IndexCase& c, const std::vector<int32_t>& accept_len, const in
   p.errors = &b.errors;
   p.policy = mode_policy(mode);
   const std::vector<int32_t> parity(size_t(c.P), 0);
-  p.cache_parity = parity.data();
+  p.round_parity = parity.data();
   p.out = arrays(N, c.T, b.row_slot, b.seed_pool, b.seed_scratch, b.seed_accept, b.write_row);
   build_indices_cpu(p);
   return b;
@@ -124,6 +124,53 @@ TEST(Indices, TheModeDecidesWhereSeedsAndPostStatesGo) {
         EXPECT_EQ(b.seed_accept[size_t(n)], accept[size_t(slot)]);
         for (int32_t t = 0; t < c.T; ++t)
           EXPECT_EQ(b.write_row[size_t(n) * c.T + t], mode == Mode::replay ? -1 : slot * c.S + t);
+      }
+    }
+  }
+}
+
+// The round parity (replay's token cache rows, a conv's halves) is gathered per row where the storage
+// keeps one, -1 for padded rows and wherever it is not kept; replay's cache rows follow it.
+TEST(Indices, TheRoundParityIsGatheredWhereKept) {
+  std::mt19937_64 rng(fresh_seed());
+  for (Mode mode : {Mode::fused_accept, Mode::replay}) {
+    for (bool kept : {true, false}) {
+      if (mode == Mode::replay && !kept) continue;  // replay always keeps it
+      for (const IndexCase& c : cases()) {
+        SCOPED_TRACE(std::string(to_string(mode)) + (kept ? " kept " : " not kept ") + c.name);
+        const int32_t N = int32_t(c.slots.size());
+        std::vector<int32_t> parity(size_t(c.P));
+        for (auto& p : parity) p = int32_t(rng() % 2);
+        const auto accept = random_accepts(c.P, c.T, rng);
+        const size_t rows = static_cast<size_t>(N);
+        std::vector<int32_t> row_slot(rows), seed_pool(rows), seed_scratch(rows), seed_accept(rows),
+            write_row(rows * size_t(c.T)), row_parity(rows, 77), replay_from(rows, 77), cache_to(rows, 77);
+        IndexBuildParams p;
+        p.slots = c.slots.data();
+        p.n_real = &c.n_real;
+        p.accept_len = accept.data();
+        p.pool_slots = c.P;
+        p.scratch_steps = c.S;
+        p.tokens = c.T;
+        p.rows = N;
+        p.policy = mode_policy(mode);
+        p.round_parity = kept ? parity.data() : nullptr;
+        p.out = arrays(N, c.T, row_slot, seed_pool, seed_scratch, seed_accept, write_row);
+        p.out.row_parity = row_parity.data();
+        p.out.replay_from = replay_from.data();
+        p.out.cache_to = cache_to.data();
+        build_indices_cpu(p);
+        for (int32_t n = 0; n < N; ++n) {
+          const int32_t slot = c.slots[size_t(n)];
+          if (!is_real(c, n) || !kept) {
+            EXPECT_EQ(row_parity[size_t(n)], -1) << "row " << n;
+            continue;
+          }
+          EXPECT_EQ(row_parity[size_t(n)], parity[size_t(slot)]) << "row " << n;
+          if (mode != Mode::replay) continue;
+          EXPECT_EQ(cache_to[size_t(n)], slot * 2 + 1 - parity[size_t(slot)]) << "row " << n;
+          EXPECT_EQ(replay_from[size_t(n)], accept[size_t(slot)] > 0 ? slot * 2 + parity[size_t(slot)] : -1) << "row " << n;
+        }
       }
     }
   }

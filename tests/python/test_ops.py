@@ -70,11 +70,12 @@ def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv
     accept_len = np.zeros(P, np.int32)
     extra = {}
     if mode == "replay":
-        extra = dict(token_cache=np.zeros((L, 2 * P, spec.token_cache_row_stride), np.float32),
-                     cache_parity=np.zeros(P, np.int32))
+        extra = dict(token_cache=np.zeros((L, 2 * P, spec.token_cache_row_stride), np.float32))
+    if mode == "replay" or (W and mode == "fused-accept"):  # the token cache's rows, the conv state's halves
+        extra["round_parity"] = np.zeros(P, np.int32)
     if W:
         columns = spec.conv_state_row_elems(S) // C
-        assert columns == (W - 1 if mode == "two-phase" else W - 2 + S)
+        assert columns == (W - 1 if mode == "two-phase" else 2 * (W - 1 + S))
         extra["conv_state"] = per_layer(np.full((L, P + 1, columns, C), 5.0, np.float32))
         if mode == "two-phase":
             assert spec.conv_scratch_row_elems == (W - 1) * C
@@ -178,6 +179,8 @@ def conv_storage(mode, W=4, **changes):
               scratch=np.zeros((L, P * S, HV, V, K), np.float32), conv_state=np.zeros((L, P, columns, C), np.float32))
     if mode == "two-phase":
         kw["conv_scratch"] = np.zeros((L, P * S, W - 1, C), np.float32)
+    else:
+        kw["round_parity"] = np.zeros(P, np.int32)
     kw.update(changes)
     return spec, kw
 
@@ -185,9 +188,12 @@ def conv_storage(mode, W=4, **changes):
 @pytest.mark.parametrize("argument,mode,change", [
     ("conv_state", "fused-accept", dict(conv_state=None)),
     ("conv_state", "fused-accept", dict(conv_state=np.zeros((L, P, 4 - 1, C), np.float32))),  # two-phase's columns
-    ("conv_state", "fused-accept", dict(conv_state=np.zeros((L, P, 4 - 2 + S, C), np.float64))),
-    ("conv_state[1]", "fused-accept", dict(conv_state=[np.zeros((P, 4 - 2 + S, C), np.float32),
-                                                       np.zeros((P, 4 - 2 + S, C + 1), np.float32)])),
+    ("conv_state", "fused-accept", dict(conv_state=np.zeros((L, P, 4 - 2 + S, C), np.float32))),  # short_conv's
+    ("conv_state", "fused-accept", dict(conv_state=np.zeros((L, P, 2 * (4 - 1 + S), C), np.float64))),
+    ("conv_state[1]", "fused-accept", dict(conv_state=[np.zeros((P, 2 * (4 - 1 + S), C), np.float32),
+                                                       np.zeros((P, 2 * (4 - 1 + S), C + 1), np.float32)])),
+    ("round_parity", "fused-accept", dict(round_parity=None)),
+    ("round_parity", "fused-accept", dict(round_parity=np.zeros(P + 1, np.int32))),
     ("conv_scratch", "fused-accept", dict(conv_scratch=np.zeros((L, P * S, 3, C), np.float32))),
     ("conv_scratch", "two-phase", dict(conv_scratch=None)),
     ("conv_scratch", "two-phase", dict(conv_scratch=np.zeros((L, P * S, 2, C), np.float32))),
@@ -250,7 +256,7 @@ def test_the_gate_parameters_of_the_ops_are_checked():
                               gate="softplus")
     storage = kdagraph.SlotStorage(spec, pool=np.zeros((L, P, HV, V, K), np.float32), accept_len=np.zeros(P, np.int32),
                                    scratch_steps=S, token_cache=np.zeros((L, 2 * P, spec.token_cache_row_stride), np.float32),
-                                   cache_parity=np.zeros(P, np.int32))
+                                   round_parity=np.zeros(P, np.int32))
     indices = kdagraph.RoundIndices(np.zeros(kdagraph.round_index_elems(N, T), np.int32), N, T)
     kdagraph.build_indices(spec, storage, indices, slots=np.arange(N, dtype=np.int32), n_real=np.array([N], np.int32), rows=N)
     z = lambda *shape: np.zeros(shape, np.float32)
@@ -302,7 +308,7 @@ def test_the_runner_checks_each_layers_gate_and_conv_inputs():
 def test_the_verifier_conv_state_and_windows(rng):
     v = kdagraph.Verifier(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, slots=P, scratch_steps=S, max_rows=N,
                           tokens=T, conv_width=4)
-    assert v.conv_window_shape == (L, 3, C) and v.conv_state.shape == (L, P, 4 - 2 + S, C)
+    assert v.conv_window_shape == (L, 3, C) and v.conv_state.shape == (L, P, 2 * (4 - 1 + S), C)
     window = rng.uniform(-1, 1, (L, 3, C)).astype(np.float32)
     states = np.zeros((L, HV, V, K), np.float32)
     with pytest.raises(kdagraph.InvalidArgument) as e:

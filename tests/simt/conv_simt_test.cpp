@@ -40,8 +40,8 @@ TEST_P(ConvSimtSweep, MatchesFp64AndTheCpuBitwise) {
   for (int32_t a : {0, sh.tokens}) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(sh.str() + " a=" + std::to_string(a) + " seed=" + std::to_string(seed));
-    const std::vector<int32_t> slots = {3, -1, 0, 4}, accepts = {a, 0, sh.tokens, 1};
-    ConvCase simt(sh, seed, slots, accepts), cpu(sh, seed, slots, accepts);
+    const std::vector<int32_t> slots = {3, -1, 0, 4}, accepts = {a, 0, sh.tokens, 1}, parities = {1, 0, 0, 1};
+    ConvCase simt(sh, seed, slots, accepts, parities), cpu(sh, seed, slots, accepts, parities);
     const ConvExpectation want = expect_of(simt);
     const uint64_t launches = simt::launches();
     kSimtConv.conv(simt);

@@ -77,7 +77,8 @@ TEST(ReferenceCheck, ToleranceFollowsTheDtypes) {
 }
 
 // SPEC §9 on the command line: Kimi-Linear's conv (W = 4, SiLU, no bias) over C = 2 H K + HV V unless
-// --no-conv; its state is W - 2 + S columns in the offset-window modes, W - 1 and a scratch in two-phase.
+// --no-conv; its state is two halves of W - 1 + S columns in the offset-window modes, W - 1 and a scratch
+// in two-phase.
 TEST(EngineOptions, TheConvIsOnByDefaultWithKimiLinearsShape) {
   EngineSetup e = small_setup();
   const VerifierConfig v = engine_config(e).verifier;
@@ -85,7 +86,7 @@ TEST(EngineOptions, TheConvIsOnByDefaultWithKimiLinearsShape) {
   EXPECT_EQ(v.conv.channels, 2 * 2 * 32 + 4 * 32);
   EXPECT_EQ(v.conv.activation, ConvActivation::silu);
   const int64_t C = v.conv.channels, L = 2, S = e.tokens;
-  EXPECT_EQ(mode_footprint(v).conv_state_bytes_per_slot, L * (4 - 2 + S) * C * 4);
+  EXPECT_EQ(mode_footprint(v).conv_state_bytes_per_slot, L * 2 * (4 - 1 + S) * C * 4);
   EXPECT_EQ(mode_footprint(v).conv_scratch_bytes_per_slot, 0);
   e.mode = Mode::two_phase;
   const VerifierConfig two = engine_config(e).verifier;

@@ -250,7 +250,7 @@ def conv_on_by_default_and_off_with_no_conv():
     runs the recurrent part alone; the text and JSON summaries say which, with the conv state's size."""
     L, H, HV, K, T, S = 2, 2, 4, 64, 4, 4  # the tiny preset, --draft 3
     C = 2 * H * K + HV * K
-    for mode, columns, scratch in (("two-phase", 3, S * 3), ("fused-accept", 4 - 2 + S, 0), ("replay", 4 - 2 + S, 0)):
+    for mode, columns, scratch in (("two-phase", 3, S * 3), ("fused-accept", 2 * (4 - 1 + S), 0), ("replay", 2 * (4 - 1 + S), 0)):
         d = json.loads(expect_ok(["run", "--backend", "cpu", "--mode", mode, "--rounds", "2", "--json"]).stdout)
         if d["conv"] != {"width": 4, "channels": C, "activation": "silu", "bias": False}:
             raise Failure(f"{mode}: the JSON's conv is {d['conv']}")
