@@ -113,6 +113,7 @@ TEST(ConvSimt, ShortConvTakesRowsThatDoNotFill16Bytes) {
   for (DType io : {DType::f32, DType::bf16}) {
     ConvCaseShape sh;
     sh.io = io;
+    sh.layout = ConvLayout::in_place;  // short_conv's own layout (SPEC §11)
     sh.channels = 33;
     sh.tokens = 3;
     sh.scratch_steps = 4;
