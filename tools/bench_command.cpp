@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kdagraph/host_engine.hpp"
+#include "kernels/cpu_isa.h"
 #include "kernels/stream.h"
 #include "profiling/launch_gate.h"
 #include "profiling/node_timeline.h"
@@ -233,7 +234,7 @@ std::string csv_text(const std::vector<Result>& results, const EngineSetup& base
   std::string out =
       "backend,mode,exec,sampler,layers,heads,value_heads,head_k,head_v,io_dtype,state_dtype,tokens,batch,"
       "bucket,rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs,"
-      "graph_nodes,graph_us_traced,idle_pct,largest_gap_us,conv_width\n";
+      "graph_nodes,graph_us_traced,idle_pct,largest_gap_us,conv_width,cpu_isa\n";
   const ModelShape& m = base.model;
   for (const Result& r : results) {
     out += std::string(to_string(base.backend)) + "," + to_string(r.p.mode) + "," + to_string(r.p.exec) +
@@ -245,7 +246,8 @@ std::string csv_text(const std::vector<Result>& results, const EngineSetup& base
            "," + fmt("%.6g", r.tokens_per_s) + "," + fmt("%.0f", r.state_bytes) + "," +
            fmt("%.6g", r.bandwidth_gbs) + "," + fmt("%.6g", ceiling) + "," + fmt("%.6g", r.graph_nodes) +
            "," + fmt("%.6g", r.graph_us) + "," + fmt("%.6g", r.idle_pct) + "," +
-           fmt("%.6g", r.largest_gap_us) + "," + std::to_string(engine_config(base).verifier.conv.width) + "\n";
+           fmt("%.6g", r.largest_gap_us) + "," + std::to_string(engine_config(base).verifier.conv.width) + "," +
+           to_string(cpu_isa()) + "\n";
   }
   return out;
 }
@@ -366,7 +368,8 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
       (cuda ? "Device time from CUDA events around the round, with every launch of the round queued before "
               "the first event fires (the stream is held until then), so it is the device's time alone; host "
               "time is the launch cost of the round."
-            : "CPU timings: the CPU backend on this machine, not a GPU.") +
+            : "CPU timings: the CPU backend on this machine, not a GPU; its kernels ran " +
+                  std::string(to_string(cpu_isa())) + " on " + std::to_string(cpu_threads()) + " threads.") +
       " Sampler `in`: sampler, accept (and the two-phase commit) inside the round; `out`: separate launches "
       "after it.";
   if (traced)

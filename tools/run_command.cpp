@@ -14,6 +14,7 @@
 #include "tools/check.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/stream.h"
 #include "tools/device.h"
 #include "tools/engine_options.h"
@@ -153,6 +154,8 @@ void print_text(const RunReport& r) {
               r.opt.model.preset.c_str(), describe(v.model).c_str(), v.tokens, v.tokens - 1, r.cfg.batch,
               v.pool.slots, to_string(v.io_dtype), to_string(v.pool.state_dtype));
   std::printf("  backend             %s\n", to_string(v.backend));
+  std::printf("  cpu kernels         %s, %d threads (%s)\n", to_string(cpu_isa()), cpu_threads(),
+              v.backend == Backend::cpu ? "the backend" : "the CPU reference only");
   std::printf("  mode                %s\n", to_string(v.mode));
   if (r.cfg.runner.exec == Exec::graph)
     std::printf("  exec                graph: %d buckets (%s) captured in %s ms, %s MiB of device memory\n",
@@ -209,6 +212,7 @@ std::string to_json(const RunReport& r) {
   j.field("tokens", v.tokens).field("draft", v.tokens - 1).field("batch", r.cfg.batch).field("slots", v.pool.slots);
   j.field("io_dtype", to_string(v.io_dtype)).field("state_dtype", to_string(v.pool.state_dtype));
   j.field("backend", to_string(v.backend)).field("mode", to_string(v.mode)).field("exec", to_string(r.cfg.runner.exec));
+  j.field("cpu_isa", to_string(cpu_isa())).field("cpu_threads", cpu_threads());
   j.field("sampler_in_graph", r.cfg.runner.sampler_in_graph);
   const ModeFootprint fp = mode_footprint(v);
   j.field("state_transfers_per_round", fp.transfers);

@@ -160,6 +160,26 @@ def run_default():
     print(p.stdout)
 
 
+CPU_ISAS = ("baseline", "avx2", "avx512")
+
+
+@case
+def run_reports_cpu_isa():
+    """The summary and the JSON name the instruction set the CPU kernels ran (kernels/cpu_isa.h), and
+    KDAGRAPH_CPU_ISA pins a lower one; an unknown name is refused by name."""
+    best = summary(expect_ok(["run", "--backend", "cpu", "--rounds", "3"]).stdout).get("cpu kernels", "")
+    if best.split(",")[0] not in CPU_ISAS:
+        raise Failure(f"the summary's 'cpu kernels' line names no instruction set: '{best}'")
+    p = expect_ok(["run", "--backend", "cpu", "--rounds", "3", "--json"], env={"KDAGRAPH_CPU_ISA": "baseline"})
+    d = json.loads(p.stdout)
+    if d.get("cpu_isa") != "baseline" or not isinstance(d.get("cpu_threads"), int) or d["cpu_threads"] < 1:
+        raise Failure(f"KDAGRAPH_CPU_ISA=baseline: the JSON says cpu_isa {d.get('cpu_isa')}, threads {d.get('cpu_threads')}")
+    p = run(["run", "--backend", "cpu", "--rounds", "3"], env={"KDAGRAPH_CPU_ISA": "sse9"})
+    if p.returncode == 0 or "KDAGRAPH_CPU_ISA" not in p.stderr:
+        raise Failure(f"KDAGRAPH_CPU_ISA=sse9 was not refused by name (exit {p.returncode}):\n{p.stderr}")
+    print(best)
+
+
 @case
 def run_draft_zero():
     p = expect_ok(["run", "--backend", "cpu", "--draft", "0", "--rounds", "10", "--check"])
@@ -359,7 +379,7 @@ def json_output():
 BENCH_COLUMNS = ["backend", "mode", "exec", "sampler", "layers", "heads", "value_heads", "head_k", "head_v",
                  "io_dtype", "state_dtype", "tokens", "batch", "bucket", "rounds", "host_ms", "device_ms",
                  "tokens_per_s", "state_bytes_per_round", "bandwidth_gbs", "copy_ceiling_gbs", "graph_nodes",
-                 "graph_us_traced", "idle_pct", "largest_gap_us", "conv_width"]
+                 "graph_us_traced", "idle_pct", "largest_gap_us", "conv_width", "cpu_isa"]
 
 
 def small_bench(name):
@@ -383,6 +403,8 @@ def bench_outputs():
         raise Failure(f"{len(rows)} CSV rows, expected 48")
     if any(r["conv_width"] != "4" for r in rows):
         raise Failure("the bench runs the short convolution by default (conv_width 4)")
+    if any(r["cpu_isa"] not in CPU_ISAS for r in rows):
+        raise Failure(f"the CSV's cpu_isa is none of {CPU_ISAS}")
     seen = {(r["mode"], r["exec"], r["sampler"], r["tokens"], r["batch"]) for r in rows}
     if len(seen) != 48:
         raise Failure("the CSV repeats points")
