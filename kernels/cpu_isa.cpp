@@ -50,7 +50,21 @@ CpuIsa choose() {
   detail::throw_invalid("cpu_isa", kIsaVariable, std::string("'") + named + "' is none of baseline, avx2, avx512");
 }
 
-std::atomic<int> g_threads{0};
+std::atomic<int> g_threads{0};  // 0: not set, KDAGRAPH_CPU_THREADS or OpenMP's
+
+constexpr const char* kThreadsVariable = "KDAGRAPH_CPU_THREADS";
+constexpr int kMaxThreads = 4096;
+
+int threads_from_environment() {
+  const char* named = std::getenv(kThreadsVariable);
+  if (named == nullptr || *named == '\0') return 0;
+  char* end = nullptr;
+  const long threads = std::strtol(named, &end, 10);
+  if (*end != '\0' || threads < 0 || threads > kMaxThreads)
+    detail::throw_invalid("cpu_threads", kThreadsVariable,
+                          std::string("'") + named + "' is not a thread count in [0, " + std::to_string(kMaxThreads) + "]");
+  return int(threads);
+}
 
 // The largest cache of cpu0 as the kernel describes it (sysfs); sysconf's figure comes from CPUID, which
 // a hypervisor may fill with the host's (320 MiB on the development VM, whose L3 is 32 MiB).
@@ -98,12 +112,14 @@ CpuIsa cpu_isa() {
 }
 
 int cpu_threads() {
+  static const int from_environment = threads_from_environment();
   const int set = g_threads.load(std::memory_order_relaxed);
-  return set > 0 ? set : omp_get_max_threads();
+  const int threads = set > 0 ? set : from_environment;
+  return threads > 0 ? threads : omp_get_max_threads();
 }
 
 void set_cpu_threads(int threads) {
-  require_in_range("set_cpu_threads", "threads", threads, 0, 4096);
+  require_in_range("set_cpu_threads", "threads", threads, 0, kMaxThreads);
   g_threads.store(threads, std::memory_order_relaxed);
 }
 

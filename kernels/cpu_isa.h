@@ -36,8 +36,10 @@ bool cpu_isa_supported(CpuIsa isa);
 // does not run, throws InvalidArgument naming KDAGRAPH_CPU_ISA.
 CpuIsa cpu_isa();
 
-// Threads the CPU kernels use: set_cpu_threads's count, or OpenMP's (OMP_NUM_THREADS, else the cores)
-// when it is 0, the default. Results do not depend on it.
+// Threads the CPU kernels use: set_cpu_threads's count, else the environment variable
+// KDAGRAPH_CPU_THREADS (an engine with OpenMP work of its own may give the kernels fewer), else OpenMP's
+// (OMP_NUM_THREADS, else the cores); 0 at any step means the next. Results do not depend on it. A
+// KDAGRAPH_CPU_THREADS that is no count in [0, 4096] throws InvalidArgument naming it.
 int cpu_threads();
 void set_cpu_threads(int threads);
 

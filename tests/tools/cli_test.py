@@ -165,8 +165,9 @@ CPU_ISAS = ("baseline", "avx2", "avx512")
 
 @case
 def run_reports_cpu_isa():
-    """The summary and the JSON name the instruction set the CPU kernels ran (kernels/cpu_isa.h), and
-    KDAGRAPH_CPU_ISA pins a lower one; an unknown name is refused by name."""
+    """The summary and the JSON name the instruction set and threads the CPU kernels ran with
+    (kernels/cpu_isa.h); KDAGRAPH_CPU_ISA pins a lower set, KDAGRAPH_CPU_THREADS their threads over
+    OpenMP's; values they cannot take are refused by name."""
     best = summary(expect_ok(["run", "--backend", "cpu", "--rounds", "3"]).stdout).get("cpu kernels", "")
     if best.split(",")[0] not in CPU_ISAS:
         raise Failure(f"the summary's 'cpu kernels' line names no instruction set: '{best}'")
@@ -177,6 +178,13 @@ def run_reports_cpu_isa():
     p = run(["run", "--backend", "cpu", "--rounds", "3"], env={"KDAGRAPH_CPU_ISA": "sse9"})
     if p.returncode == 0 or "KDAGRAPH_CPU_ISA" not in p.stderr:
         raise Failure(f"KDAGRAPH_CPU_ISA=sse9 was not refused by name (exit {p.returncode}):\n{p.stderr}")
+    d = json.loads(expect_ok(["run", "--backend", "cpu", "--rounds", "3", "--json"],
+                             env={"KDAGRAPH_CPU_THREADS": "1", "OMP_NUM_THREADS": "2"}).stdout)
+    if d.get("cpu_threads") != 1:
+        raise Failure(f"KDAGRAPH_CPU_THREADS=1 under OMP_NUM_THREADS=2: the JSON says cpu_threads {d.get('cpu_threads')}")
+    p = run(["run", "--backend", "cpu", "--rounds", "3"], env={"KDAGRAPH_CPU_THREADS": "two"})
+    if p.returncode == 0 or "KDAGRAPH_CPU_THREADS" not in p.stderr:
+        raise Failure(f"KDAGRAPH_CPU_THREADS=two was not refused by name (exit {p.returncode}):\n{p.stderr}")
     print(best)
 
 
