@@ -124,10 +124,10 @@ void set_cpu_threads(int threads) {
 }
 
 int64_t cpu_streaming_store_bytes() {
-  // A quarter of the last-level cache: a call's post-states share it with its seeds, its inputs and the
-  // other layers' states. Measured on the development VM (32 MiB L3, profiling/results/2026-12-03-cpu-isa.md):
-  // cached stores won at 2 MiB of post-states, tied at 4 and 8, lost by 1.7x at 16.
-  static const int64_t default_bytes = last_level_cache_bytes() / 4;
+  // Half the last-level cache: a call's post-states share it with its seeds and inputs. Measured on the
+  // development VM (32 MiB L3, profiling/results/2026-12-03-cpu-isa.md): cached stores won by up to 1.4x
+  // up to 16 MiB of post-states a call, and lost by 1.5x to 1.9x from 32 MiB on.
+  static const int64_t default_bytes = last_level_cache_bytes() / 2;
   const int64_t set = g_streaming_bytes.load(std::memory_order_relaxed);
   return set >= 0 ? set : default_bytes;
 }

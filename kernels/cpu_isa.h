@@ -45,7 +45,7 @@ void set_cpu_threads(int threads);
 
 // A kernel call writing more post-state bytes than this stores them past the cache (non-temporal):
 // they would not stay cached for the next round anyway, and streaming spares the read a cached store
-// makes of every line first. Default: a quarter of the last-level cache. 0 streams always, INT64_MAX
+// makes of every line first. Default: half the last-level cache. 0 streams always, INT64_MAX
 // never (benchmarks).
 int64_t cpu_streaming_store_bytes();
 void set_cpu_streaming_store_bytes(int64_t bytes);
