@@ -66,25 +66,27 @@ int threads_from_environment() {
   return int(threads);
 }
 
-// The largest cache of cpu0 as the kernel describes it (sysfs); sysconf's figure comes from CPUID, which
-// a hypervisor may fill with the host's (320 MiB on the development VM, whose L3 is 32 MiB).
-int64_t last_level_cache_bytes() {
-  int64_t largest = 0;
-  for (int index = 0; index < 8; ++index) {
-    const std::string path = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size";
+// The size of cpu0's level-2 cache, its largest private one, as the kernel describes it (sysfs); else
+// sysconf's (from CPUID, which a hypervisor may fill with the host's figures), else 1 MiB.
+int64_t level2_cache_bytes() {
+  auto read_number = [](const std::string& path, long long& value, char& unit) {
     std::FILE* f = std::fopen(path.c_str(), "r");
-    if (f == nullptr) break;
-    long long size = 0;
-    char unit = 0;
-    const int read = std::fscanf(f, "%lld%c", &size, &unit);
+    if (f == nullptr) return false;
+    unit = 0;
+    const bool ok = std::fscanf(f, "%lld%c", &value, &unit) >= 1;
     std::fclose(f);
-    if (read < 1) continue;
-    const int64_t bytes = unit == 'K' ? size << 10 : unit == 'M' ? size << 20 : unit == 'G' ? size << 30 : size;
-    largest = bytes > largest ? bytes : largest;
+    return ok;
+  };
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    long long level = 0, size = 0;
+    char unit = 0;
+    if (!read_number(dir + "level", level, unit)) break;
+    if (level != 2 || !read_number(dir + "size", size, unit)) continue;
+    return unit == 'K' ? size << 10 : unit == 'M' ? size << 20 : size;
   }
-  if (largest > 0) return largest;
-  const long sysconf_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  return sysconf_bytes > 0 ? sysconf_bytes : int64_t(32) << 20;
+  const long bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return bytes > 0 ? bytes : int64_t(1) << 20;
 }
 
 std::atomic<int64_t> g_streaming_bytes{-1};  // -1: not set, the default
@@ -124,10 +126,12 @@ void set_cpu_threads(int threads) {
 }
 
 int64_t cpu_streaming_store_bytes() {
-  // Half the last-level cache: a call's post-states share it with its seeds and inputs. Measured on the
-  // development VM (32 MiB L3, profiling/results/2026-12-03-cpu-isa.md): cached stores won by up to 1.4x
-  // up to 16 MiB of post-states a call, and lost by 1.5x to 1.9x from 32 MiB on.
-  static const int64_t default_bytes = last_level_cache_bytes() / 2;
+  // One core's level-2 cache. A round runs every layer before it reads a layer's post-states again,
+  // so post-states that do not stay beside the core are evicted from the shared cache by the other
+  // layers' before they are read, and a cached store first reads every line it writes. Measured on the
+  // development VM (profiling/results/2026-12-03-cpu-isa.md): over 20 layers, streaming won by 1.2x to
+  // 1.7x from 2 MiB of post-states a call on.
+  static const int64_t default_bytes = level2_cache_bytes();
   const int64_t set = g_streaming_bytes.load(std::memory_order_relaxed);
   return set >= 0 ? set : default_bytes;
 }

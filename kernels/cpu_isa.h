@@ -43,10 +43,10 @@ CpuIsa cpu_isa();
 int cpu_threads();
 void set_cpu_threads(int threads);
 
-// A kernel call writing more post-state bytes than this stores them past the cache (non-temporal):
-// they would not stay cached for the next round anyway, and streaming spares the read a cached store
-// makes of every line first. Default: half the last-level cache. 0 streams always, INT64_MAX
-// never (benchmarks).
+// A kernel call writing more post-state bytes than this stores them past the cache (non-temporal): a
+// round runs every layer before it reads a layer's post-states again, so those that do not stay beside
+// the core are evicted before then, and a cached store reads every line before it writes it. Default:
+// one core's level-2 cache. 0 streams always, INT64_MAX never (benchmarks).
 int64_t cpu_streaming_store_bytes();
 void set_cpu_streaming_store_bytes(int64_t bytes);
 
