@@ -129,7 +129,7 @@ int64_t cpu_streaming_store_bytes() {
   // One core's level-2 cache. A round runs every layer before it reads a layer's post-states again,
   // so post-states that do not stay beside the core are evicted from the shared cache by the other
   // layers' before they are read, and a cached store first reads every line it writes. Measured on the
-  // development VM (profiling/results/2026-12-03-cpu-isa.md): over 20 layers, streaming won by 1.2x to
+  // development VM (profiling/results/2026-12-03-cpu-isa.md): over 20 layers, streaming won by 1.15x to
   // 1.7x from 2 MiB of post-states a call on.
   static const int64_t default_bytes = level2_cache_bytes();
   const int64_t set = g_streaming_bytes.load(std::memory_order_relaxed);
