@@ -1,5 +1,7 @@
 // The CPU backend's one choice of instruction set, its thread count and its per-thread scratch: the
-// CPU twin of graph/dispatch.h's backend seam. Every CPU kernel runs through here.
+// CPU twin of graph/dispatch.h's backend seam. The kernels that move states run through here (verify,
+// conv, the state copies); the index build, accept and synthetic inputs are per-row bookkeeping and stay
+// baseline code.
 //
 // [TAG_CPU_ISA] Each CPU kernel is compiled once per instruction set: kernels/CMakeLists.txt generates a
 // file per set that defines KDAGRAPH_CPU_ISA and includes the kernel's source, whose body sits between
