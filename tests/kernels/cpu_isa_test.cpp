@@ -133,7 +133,7 @@ TEST_P(EachCpuIsa, VerifyIsBitwiseWhateverTheThreadsAndStores) {
     SCOPED_TRACE("state=" + std::string(to_string(state)) + " seed=" + std::to_string(seed));
     const std::vector<int32_t> slots{2, 0}, accept{3, 0, 2, 0};
     std::vector<uint8_t> want_o, want_scratch;
-    for (int threads : {1, 2, 3, 5}) {
+    for (int threads : {1, 2, 4}) {
       for (int64_t streaming_bytes : {std::numeric_limits<int64_t>::max(), int64_t(0)}) {
         for (size_t offset : {size_t(0), size_t(16)}) {
           SCOPED_TRACE("threads=" + std::to_string(threads) + " streaming=" + std::to_string(streaming_bytes == 0) +
