@@ -62,7 +62,8 @@ int threads_from_environment() {
   const long threads = std::strtol(named, &end, 10);
   if (*end != '\0' || threads < 0 || threads > kMaxThreads)
     detail::throw_invalid("cpu_threads", kThreadsVariable,
-                          std::string("'") + named + "' is not a thread count in [0, " + std::to_string(kMaxThreads) + "]");
+                          std::string("'") + named + "' is not a thread count in [0, " +
+                              std::to_string(kMaxThreads) + "]");
   return int(threads);
 }
 

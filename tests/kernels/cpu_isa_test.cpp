@@ -203,7 +203,8 @@ TEST_P(EachCpuIsa, ConvIsBitwiseTheBaselines) {
 }
 
 // A thread's scratch is sized once: the first call at a shape larger than any before may allocate (and
-// does: that shows the counting works), the same call again allocates nothing, in every mode's shape.
+// does: that shows the counting works), the same call again allocates nothing. Rows seed from the pool
+// and from scratch.
 TEST_P(EachCpuIsa, NoHeapAllocationInsideARepeatedVerify) {
   SeamSettings restore;
   const IsaKernels k = kernels_of(GetParam());
