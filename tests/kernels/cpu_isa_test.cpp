@@ -183,10 +183,10 @@ TEST_P(EachCpuIsa, SplitHeadsRecordEachRowOnce) {
 TEST_P(EachCpuIsa, ConvIsBitwiseTheBaselines) {
   const IsaKernels k = kernels_of(GetParam());
   for (const DType io : {DType::f32, DType::bf16}) {
-    for (const bool offset_window : {true, false}) {
+    for (const ConvLayout layout : {ConvLayout::halves, ConvLayout::in_place, ConvLayout::fixed_window}) {
       ConvCaseShape sh;
       sh.io = io;
-      sh.offset_window = offset_window;
+      sh.layout = layout;
       sh.channels = 300;
       const uint64_t seed = fresh_seed();
       SCOPED_TRACE(sh.str() + " seed=" + std::to_string(seed));
