@@ -46,7 +46,8 @@ struct Options {
 };
 
 // What the following launches use. Default: fibers with Schedule::rotate; threads where fibers are
-// not built (ThreadSanitizer builds) or where the environment says KDAGRAPH_SIMT_LANES=threads.
+// not built (ThreadSanitizer builds, or no fiber implementation: tests/simt/fiber.h) or where the
+// environment says KDAGRAPH_SIMT_LANES=threads.
 Options options();
 void set_options(const Options& o);
 bool fibers_available();

@@ -29,8 +29,9 @@ class Fiber {
   // Which implementation this build has, for configure and test output.
   static const char* implementation();
 
+  struct Context;  // the implementation's
+
  private:
-  struct Context;
   std::unique_ptr<Context> context_;
 };
 
