@@ -3,6 +3,12 @@
 // shared memory from shared_object instead of declaring a __shared__ variable, so a test build can run
 // the very same kernel source on the CPU (the SIMT executor under tests/simt/ provides both there).
 // Kernel bodies stay free of #ifdefs.
+//
+// [TAG_PDL] Programmatic dependent launch (SPEC §5): the kernel says where its dependency on the
+// previous kernel starts. Every kernel of a round calls grid_dependency_wait() before it reads anything
+// the kernel before it may write (above it only what earlier rounds wrote: seeds, weights, gate
+// parameters), and trigger_dependent_launch() only after its wait, so that a dependent's early reads
+// never race the kernel two places back.
 #pragma once
 
 #if defined(KDAGRAPH_SIMT)
@@ -20,6 +26,22 @@ inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 bloc
                                  Args&&... args) {
   kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
   return cudaGetLastError();
+}
+
+// Waits until the previous kernel on the stream has completed and its writes are visible; a no-op when
+// the kernel was launched plainly, and below sm_90.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+
+// Lets the next kernel on the stream start (its part above its own wait); call it after
+// grid_dependency_wait().
+__device__ __forceinline__ void trigger_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
 }
 
 // The block's shared object of type T (one per type and block, uninitialized). The same static

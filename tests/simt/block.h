@@ -68,6 +68,7 @@ struct Lane {
   // cp.async copies issued and not yet performed; this lane's only.
   std::vector<Copy> copies;
   int commits = 0;
+  bool grid_waited = false;  // has passed grid_dependency_wait
   bool finished = false;
 #if defined(KDAGRAPH_SIMT_FIBERS)
   Fiber fiber;

@@ -1,5 +1,6 @@
 // The device-side operations of the SIMT executor (tests/simt/executor.h, called through
-// tests/simt/device.h): the block barrier, the warp exchange, cp.async and the global-memory checks.
+// tests/simt/device.h and tests/simt/launch.h): the block barrier, the warp exchange, cp.async, the
+// global-memory checks and programmatic dependent launch's wait and trigger.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -130,6 +131,19 @@ void check_global_access(const void* ptr, size_t align, const char* what, const 
     fail(self, std::string(what) + " at " + site(file, line) + " of an address not aligned to " +
                    std::to_string(align) + " bytes");
   if (detail::in_shared(ptr, align)) fail(self, std::string(what) + " at " + site(file, line) + " on __shared__ memory");
+}
+
+void grid_dependency_wait(const char* file, int line) {
+  (void)file, (void)line;
+  current_lane().grid_waited = true;
+}
+
+void trigger_dependent_launch(const char* file, int line) {
+  Lane& self = current_lane();
+  if (!self.grid_waited)
+    fail(self, "trigger_dependent_launch at " + site(file, line) +
+                   " before grid_dependency_wait: a kernel may let its dependents start only after its own wait, "
+                   "or their reads above their wait race the kernel before it (SPEC §5)");
 }
 
 }  // namespace kdagraph::simt

@@ -11,6 +11,10 @@
 // undefined and the executor can see (a divergent or partial warp exchange, a barrier some threads
 // skip, copies never waited for, misaligned vector accesses) fails the launch with
 // cudaErrorLaunchFailure and a message that last_error() returns.
+//
+// Programmatic dependent launch (SPEC §5) [TAG_PDL]: a kernel calls grid_dependency_wait() before it
+// reads what the kernel before it writes, and trigger_dependent_launch() only after its own wait; a
+// trigger before the lane's own wait fails the launch.
 #pragma once
 
 #include <cstddef>
@@ -88,5 +92,8 @@ void pipeline_commit();
 void pipeline_wait_prior(size_t prior, const char* file, int line);
 // A vector load or store through the global-memory path: aligned to `align`, not __shared__.
 void check_global_access(const void* ptr, size_t align, const char* what, const char* file, int line);
+// cudaGridDependencySynchronize and cudaTriggerProgrammaticLaunchCompletion (kernels/launch.cuh).
+void grid_dependency_wait(const char* file, int line);
+void trigger_dependent_launch(const char* file, int line);
 
 }  // namespace kdagraph::simt

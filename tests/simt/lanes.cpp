@@ -333,6 +333,7 @@ void reset_block(Block& b) {
     l->blocked = false;
     l->copies.clear();
     l->commits = 0;
+    l->grid_waited = false;
     l->finished = false;
   }
   for (auto& w : b.warps) w->exited = w->open = w->arrived = 0;

@@ -31,6 +31,14 @@ inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 bloc
                       &call);
 }
 
+inline void grid_dependency_wait(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  simt::grid_dependency_wait(file, line);
+}
+
+inline void trigger_dependent_launch(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  simt::trigger_dependent_launch(file, line);
+}
+
 // The block's shared object of type T, as on the device: one per type, uninitialized (poisoned).
 template <class T>
 T& shared_object() {
