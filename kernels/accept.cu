@@ -9,7 +9,10 @@ namespace {
 
 constexpr int kAcceptThreads = 128;
 
+// The sampler's lengths come from the kernel just before it: nothing is read above the wait.
 __global__ void __launch_bounds__(kAcceptThreads) accept_kernel(const AcceptParams p) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   const int32_t n = int32_t(blockIdx.x) * kAcceptThreads + int32_t(threadIdx.x);
   if (n < p.rows) accept_row(p, n);
 }

@@ -21,6 +21,8 @@ constexpr int64_t kMaxWindowBlocks = int64_t(1) << 20;
 
 template <int W, class IoT>
 __global__ void __launch_bounds__(kConvThreads) conv_kernel(const ConvParams p, const int32_t chunks) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   const int32_t n = int32_t(blockIdx.x) / chunks;
   const int32_t c = int32_t(blockIdx.x) % chunks * kConvThreads + int32_t(threadIdx.x);
   if (c >= p.channels) return;
@@ -31,6 +33,8 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const ConvParams p, 
 template <class E>
 __global__ void __launch_bounds__(kConvThreads)
     conv_window_kernel(const ConvWindowParams p, const int32_t chunks, const int64_t units) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const int32_t chunk = int32_t(u % chunks);
     const int64_t entry_layer = u / chunks;

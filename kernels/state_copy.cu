@@ -30,6 +30,8 @@ struct CopyGrid {
 
 __global__ void __launch_bounds__(kCopyThreads)
     copy_accepted_states_kernel(const StateCopyParams p, const CopyGrid grid) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   for (int64_t u = blockIdx.x; u < grid.units; u += gridDim.x) {
     const int64_t chunk = u % grid.chunks_per_slot;
     const int64_t entry_layer = u / grid.chunks_per_slot;
@@ -59,6 +61,8 @@ __global__ void __launch_bounds__(kCopyThreads)
 constexpr int kResetThreads = 128;
 
 __global__ void __launch_bounds__(kResetThreads) reset_accept_len_kernel(const StateCopyParams p) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   const int32_t e = int32_t(blockIdx.x) * kResetThreads + int32_t(threadIdx.x);
   if (e < p.count) reset_slot(p, e);
 }

@@ -7,6 +7,8 @@ namespace {
 
 template <class IoT>
 __global__ void synthetic_inputs_kernel(SyntheticInputParams p) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   const int64_t total = synthetic_inputs_elements(p);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
     synthetic_inputs_element<IoT>(p, i);
@@ -14,6 +16,8 @@ __global__ void synthetic_inputs_kernel(SyntheticInputParams p) {
 
 // One block: every row reads the round, then thread 0 advances it after the barrier.
 __global__ void synthetic_sampler_kernel(SyntheticSamplerParams p) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   const uint32_t round = uint32_t(*p.round);
   for (int32_t n = threadIdx.x; n < p.rows; n += blockDim.x)
     p.accepted[n] = n < *p.n_real ? synthetic_accept_length(p.seed, round, p.slots[n], p.tokens, p.accept_rate) : 0;

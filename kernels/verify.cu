@@ -300,6 +300,8 @@ __device__ __forceinline__ void load4(const float* src, float (&x)[kSlice]) {
 
 template <int K, int kRows, class IoT, class StateT>
 __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(const VerifyParams p) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   using Tile = VerifyTile<K, kRows>;
   constexpr int V = K;
   auto& st = shared_object<StagedTokens<K, Tile::kTileV, IoT>>();
