@@ -197,7 +197,7 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
   if (needs_round_parity(spec)) p.round_parity = storage.round_parity;
   p.errors = storage.errors;
   p.out = idx;
-  detail::enqueue<BuildIndicesOp>(s, p);
+  detail::enqueue<BuildIndicesOp>(s, p, spec.pdl);
 }
 
 void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -224,7 +224,7 @@ void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& sto
     p.replay_from = idx.replay_from;
     p.cache_to = idx.cache_to;
   }
-  detail::enqueue<VerifyOp>(s, p);
+  detail::enqueue<VerifyOp>(s, p, spec.pdl);
 }
 
 void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& seeds, const StateView& states,
@@ -274,7 +274,7 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
   p.A_log = in.A_log;
   p.dt_bias = in.dt_bias;
   p.errors = errors;
-  detail::enqueue<VerifyOp>(s, p);
+  detail::enqueue<VerifyOp>(s, p, spec.pdl);
 }
 
 void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, const int32_t* accept_len,
@@ -304,7 +304,7 @@ void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, con
   p.write_row = write_row;
   p.accepted = accepted;
   p.errors = errors;
-  detail::enqueue<BuildSlotIndicesOp>(s, p);
+  detail::enqueue<BuildSlotIndicesOp>(s, p, /*pdl=*/false);
 }
 
 void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -331,7 +331,7 @@ void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& stora
     p.write_row = idx.write_row;
   }
   p.errors = storage.errors;
-  detail::enqueue<ConvOp>(s, p);
+  detail::enqueue<ConvOp>(s, p, spec.pdl);
 }
 
 void short_conv(const Stream& s, const ShortConvCall& c) {
@@ -371,7 +371,7 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   p.row_slot = c.state_indices;
   p.row_accept = c.num_accepted;
   p.errors = c.errors;
-  detail::enqueue<ConvOp>(s, p);
+  detail::enqueue<ConvOp>(s, p, /*pdl=*/false);
 }
 
 void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -393,7 +393,7 @@ void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
     p.round_parity = storage.round_parity;
   }
   p.errors = storage.errors;
-  detail::enqueue<AcceptOp>(s, p);
+  detail::enqueue<AcceptOp>(s, p, spec.pdl);
 }
 
 void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -403,9 +403,9 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
   require(mode_policy(spec.mode).commit, where, "spec.mode",
           std::string("= ") + to_string(spec.mode) + ": this mode has no commit (two-phase has)");
   nvtx::Scoped range(nvtx::Range::commit, rows);
-  detail::enqueue<CopyAcceptedStatesOp>(s, copy_params(spec, storage, rows, idx.row_slot, idx.row_accept));
+  detail::enqueue<CopyAcceptedStatesOp>(s, copy_params(spec, storage, rows, idx.row_slot, idx.row_accept), spec.pdl);
   if (spec.conv.width > 0)
-    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, rows, idx.row_slot, idx.row_accept, true));
+    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, rows, idx.row_slot, idx.row_accept, true), spec.pdl);
 }
 
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
@@ -442,16 +442,16 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
         v.A_log = gates[l].A_log;
         v.dt_bias = gates[l].dt_bias;
       }
-      detail::enqueue<VerifyOp>(s, v);
+      detail::enqueue<VerifyOp>(s, v, spec.pdl);
     }
   } else {
-    detail::enqueue<CopyAcceptedStatesOp>(s, p);
+    detail::enqueue<CopyAcceptedStatesOp>(s, p, spec.pdl);
   }
   // The conv window moves to column 0 while accept_len still names where it is. Two-phase keeps it
   // there already.
   if (spec.conv.width > 0 && mode_policy(spec.mode).conv_offset_window)
-    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, count, slots, nullptr, false));
-  detail::enqueue<ResetAcceptLenOp>(s, p);
+    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, count, slots, nullptr, false), spec.pdl);
+  detail::enqueue<ResetAcceptLenOp>(s, p, spec.pdl);
 }
 
 }  // namespace ops

@@ -27,6 +27,7 @@ RoundSpec round_spec(const VerifierConfig& c) {
   spec.options = c.options;
   spec.mode = c.mode;
   spec.conv = c.conv;
+  spec.pdl = c.pdl;
   return spec;
 }
 
@@ -319,11 +320,13 @@ void Verifier::enqueue_round(const Stream& s, const ConvLayerInputs* convs, cons
     detail::validate_layer_inputs(where, layers[l], spec);
     if (convs != nullptr) detail::validate_conv_inputs(where, convs[l], spec.conv.channels, spec.io_dtype);
   }
-  enqueue_indices(s, rows);
-  for (int32_t l = 0; l < spec.model.layers; ++l) {
-    if (convs != nullptr) enqueue_conv(s, l, convs[l], rows);
-    enqueue_verify(s, l, layers[l], rows);
-  }
+  detail::cpu_round(s, [&] {
+    enqueue_indices(s, rows);
+    for (int32_t l = 0; l < spec.model.layers; ++l) {
+      if (convs != nullptr) enqueue_conv(s, l, convs[l], rows);
+      enqueue_verify(s, l, layers[l], rows);
+    }
+  });
 }
 
 void Verifier::enqueue_accept(const Stream& s, const int32_t* accepted, int32_t rows) {
@@ -355,7 +358,7 @@ void Verifier::enqueue_commit(const Stream& s, int32_t rows) {
   require(mode_policy(m.cfg.mode).commit, where, "mode",
           std::string("= ") + to_string(m.cfg.mode) + ": commit exists only in two-phase mode");
   m.check_rows(where, s, rows);
-  ops::commit(s, m.spec, m.storage, m.idx, rows);
+  detail::cpu_round(s, [&] { ops::commit(s, m.spec, m.storage, m.idx, rows); });
 }
 
 void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_t count) {
@@ -371,7 +374,7 @@ void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_
   // layer has been verified; before that no round has run, so nothing is pending.
   if (mode_policy(m.cfg.mode).token_cache && !m.gates_known) return;
   m.uploader.upload(s, m.materialize_slots, slots, sizeof(int32_t) * size_t(count));
-  ops::materialize(s, m.spec, m.storage, m.materialize_slots, count, m.gates.data());
+  detail::cpu_round(s, [&] { ops::materialize(s, m.spec, m.storage, m.materialize_slots, count, m.gates.data()); });
 }
 
 DeviceErrorWord Verifier::device_errors() const {

@@ -48,15 +48,15 @@ __global__ void __launch_bounds__(kConvThreads)
 
 // The one place the width and dtype become template parameters; `p.width` is checked to be 2 to 4.
 template <class IoT>
-cudaError_t dispatch_width(const ConvParams& p, cudaStream_t stream, int32_t chunks, unsigned blocks) {
-  if (p.width == 2) return launch_kernel(conv_kernel<2, IoT>, blocks, kConvThreads, stream, p, chunks);
-  if (p.width == 3) return launch_kernel(conv_kernel<3, IoT>, blocks, kConvThreads, stream, p, chunks);
-  return launch_kernel(conv_kernel<4, IoT>, blocks, kConvThreads, stream, p, chunks);
+cudaError_t dispatch_width(const ConvParams& p, Launch on, int32_t chunks, unsigned blocks) {
+  if (p.width == 2) return launch_kernel(conv_kernel<2, IoT>, blocks, kConvThreads, on, p, chunks);
+  if (p.width == 3) return launch_kernel(conv_kernel<3, IoT>, blocks, kConvThreads, on, p, chunks);
+  return launch_kernel(conv_kernel<4, IoT>, blocks, kConvThreads, on, p, chunks);
 }
 
 }  // namespace
 
-cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
+cudaError_t launch_conv(const ConvParams& p, Launch on) {
   const char* where = "launch_conv";
   require_in_range(where, "width", p.width, kMinConvWidth, kMaxConvWidth);
   require_in_range(where, "rows", p.rows, 0, INT32_MAX);
@@ -93,11 +93,11 @@ cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
   require(blocks <= int64_t(INT32_MAX), where, "rows",
           "= " + std::to_string(p.rows) + " with C = " + std::to_string(p.channels) + " needs " +
               std::to_string(blocks) + " blocks, more than a grid holds");
-  return p.io_dtype == DType::f32 ? dispatch_width<float>(p, stream, chunks, unsigned(blocks))
-                                  : dispatch_width<math::bf16>(p, stream, chunks, unsigned(blocks));
+  return p.io_dtype == DType::f32 ? dispatch_width<float>(p, on, chunks, unsigned(blocks))
+                                  : dispatch_width<math::bf16>(p, on, chunks, unsigned(blocks));
 }
 
-cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream) {
+cudaError_t launch_conv_window(const ConvWindowParams& p, Launch on) {
   const char* where = "launch_conv_window";
   require_in_range(where, "count", p.count, 0, INT32_MAX);
   require_in_range(where, "width", p.width, kMinConvWidth, kMaxConvWidth);
@@ -116,8 +116,8 @@ cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream) {
   const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
   const int64_t units = int64_t(p.count) * p.layers * chunks;
   const unsigned blocks = unsigned(std::min(units, kMaxWindowBlocks));
-  return p.io_dtype == DType::f32 ? launch_kernel(conv_window_kernel<uint32_t>, blocks, kConvThreads, stream, p, chunks, units)
-                                  : launch_kernel(conv_window_kernel<uint16_t>, blocks, kConvThreads, stream, p, chunks, units);
+  return p.io_dtype == DType::f32 ? launch_kernel(conv_window_kernel<uint32_t>, blocks, kConvThreads, on, p, chunks, units)
+                                  : launch_kernel(conv_window_kernel<uint16_t>, blocks, kConvThreads, on, p, chunks, units);
 }
 
 }  // namespace kdagraph

@@ -311,11 +311,14 @@ void conv_window_cpu(const ConvWindowParams& p);
 
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
+
+#include "kernels/launch.h"
+
 namespace kdagraph {
-// Enqueue on `stream`; allocate nothing, never synchronize. Throw InvalidArgument, naming the check and
+// Enqueue as `on` says; allocate nothing, never synchronize. Throw InvalidArgument, naming the check and
 // the value, for parameters the kernels are not built for.
-cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream);
-cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream);
+cudaError_t launch_conv(const ConvParams& p, Launch on);
+cudaError_t launch_conv_window(const ConvWindowParams& p, Launch on);
 }  // namespace kdagraph
 #endif
 
@@ -325,7 +328,7 @@ struct ConvOp {
   static constexpr const char* kName = "conv";
   static void cpu(const Params& p) { conv_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_conv(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_conv(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return "layer=" + std::to_string(p.layer) + " rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens) +
@@ -337,7 +340,7 @@ struct ConvWindowOp {
   static constexpr const char* kName = "conv_window";
   static void cpu(const Params& p) { conv_window_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_conv_window(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_conv_window(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return std::string(p.from_scratch ? "commit" : "materialize") + " count=" + std::to_string(p.count) +

@@ -19,6 +19,14 @@ void check_launch(cudaError_t err, const char* kernel, const std::string& shape)
 }  // namespace kdagraph::detail
 #endif
 
+#if defined(KDAGRAPH_SIMT)
+namespace kdagraph::detail {
+// Completes the kernel the SIMT executor holds for programmatic dependent launch, if any; throws naming
+// what failed (tests/simt/check_launch.cpp; graph/dispatch.h says when).
+void complete_simt_kernels();
+}  // namespace kdagraph::detail
+#endif
+
 #if defined(KDAGRAPH_WITH_CUDA)
 namespace kdagraph::detail {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);

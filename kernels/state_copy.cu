@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kResetThreads) reset_accept_len_kernel(const S
 
 }  // namespace
 
-cudaError_t launch_copy_accepted_states(const StateCopyParams& p, cudaStream_t stream) {
+cudaError_t launch_copy_accepted_states(const StateCopyParams& p, Launch on) {
   const char* where = "launch_copy_accepted_states";
   require_in_range(where, "count", p.count, 0, INT32_MAX);
   require(p.scratch.dtype == p.pool.dtype, where, "scratch.dtype", "differs from pool.dtype");
@@ -84,14 +84,14 @@ cudaError_t launch_copy_accepted_states(const StateCopyParams& p, cudaStream_t s
   grid.units = int64_t(p.count) * p.pool.layers * grid.chunks_per_slot;
   if (grid.units == 0) return cudaSuccess;
   const unsigned blocks = unsigned(std::min(grid.units, kMaxCopyBlocks));
-  return launch_kernel(copy_accepted_states_kernel, blocks, kCopyThreads, stream, p, grid);
+  return launch_kernel(copy_accepted_states_kernel, blocks, kCopyThreads, on, p, grid);
 }
 
-cudaError_t launch_reset_accept_len(const StateCopyParams& p, cudaStream_t stream) {
+cudaError_t launch_reset_accept_len(const StateCopyParams& p, Launch on) {
   require_in_range("launch_reset_accept_len", "count", p.count, 0, INT32_MAX);
   if (p.count == 0) return cudaSuccess;
   const unsigned blocks = unsigned((p.count + kResetThreads - 1) / kResetThreads);
-  return launch_kernel(reset_accept_len_kernel, blocks, kResetThreads, stream, p);
+  return launch_kernel(reset_accept_len_kernel, blocks, kResetThreads, on, p);
 }
 
 }  // namespace kdagraph

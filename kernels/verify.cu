@@ -392,23 +392,23 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads) verify_kernel(
 }
 
 template <int K, class IoT, class StateT>
-cudaError_t launch_tiles(const VerifyParams& p, cudaStream_t stream) {
+cudaError_t launch_tiles(const VerifyParams& p, Launch on) {
   using Tile = VerifyTile<K, VerifyConfig<K>::kRows>;
   const int64_t blocks = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
   require(blocks <= int64_t(INT32_MAX), "launch_verify", "rows",
           "= " + std::to_string(p.rows) + " with HV = " + std::to_string(p.value_heads) + " needs " +
               std::to_string(blocks) + " blocks, more than a grid holds");
-  return launch_kernel(verify_kernel<K, VerifyConfig<K>::kRows, IoT, StateT>, unsigned(blocks), Tile::kThreads, stream, p);
+  return launch_kernel(verify_kernel<K, VerifyConfig<K>::kRows, IoT, StateT>, unsigned(blocks), Tile::kThreads, on, p);
 }
 
 // The one place run-time sizes and dtypes become template parameters.
 template <int K>
-cudaError_t dispatch_dtypes(const VerifyParams& p, cudaStream_t stream) {
+cudaError_t dispatch_dtypes(const VerifyParams& p, Launch on) {
   const bool io_f32 = p.io_dtype == DType::f32, state_f32 = p.pool.dtype == DType::f32;
-  if (io_f32 && state_f32) return launch_tiles<K, float, float>(p, stream);
-  if (io_f32) return launch_tiles<K, float, bf16>(p, stream);
-  if (state_f32) return launch_tiles<K, bf16, float>(p, stream);
-  return launch_tiles<K, bf16, bf16>(p, stream);
+  if (io_f32 && state_f32) return launch_tiles<K, float, float>(p, on);
+  if (io_f32) return launch_tiles<K, float, bf16>(p, on);
+  if (state_f32) return launch_tiles<K, bf16, float>(p, on);
+  return launch_tiles<K, bf16, bf16>(p, on);
 }
 
 }  // namespace
@@ -417,7 +417,7 @@ bool verify_cuda_supports(int32_t head_k, int32_t head_v) {
   return head_k == head_v && (head_k == 64 || head_k == 128);
 }
 
-cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
+cudaError_t launch_verify(const VerifyParams& p, Launch on) {
   const char* where = "launch_verify";
   require(verify_cuda_supports(p.head_k, p.head_v), where, "head_k",
           "= " + std::to_string(p.head_k) + " with head_v = " + std::to_string(p.head_v) +
@@ -454,7 +454,7 @@ cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
                                TokenCacheLayout{p.cache_tokens, p.heads, p.value_heads, p.head_k, p.head_v}.row_elems());
   if (p.A_log != nullptr) detail::require_buffer(where, "A_log", p.A_log, 4);
   if (p.dt_bias != nullptr) detail::require_buffer(where, "dt_bias", p.dt_bias, 4);
-  return p.head_k == 128 ? dispatch_dtypes<128>(p, stream) : dispatch_dtypes<64>(p, stream);
+  return p.head_k == 128 ? dispatch_dtypes<128>(p, on) : dispatch_dtypes<64>(p, on);
 }
 
 }  // namespace kdagraph

@@ -19,6 +19,19 @@
 // argument, its value and the allowed range; a refused call changes nothing. What only the device can
 // see (an accept length written by another kernel, a null entry in a device-resident layer table) is
 // clamped to a safe value and recorded in SlotStorage::errors.
+//
+// Programmatic dependent launch (SPEC §5, RoundSpec::pdl, on by default on sm_90 and later): each kernel
+// of a round may start while the kernel before it on the stream is still running. Before its wait on
+// that kernel it reads only what earlier rounds wrote (the seed rows of the pool or scratch, replay's
+// token cache rows, conv state columns, weights and gate parameters); the inputs of this round (q, k, v,
+// g, beta, x, the indices, accept lengths) only after. So does the first kernel of ours after a kernel
+// of the engine's: an engine kernel placed just before a verify_layer, conv_layer, materialize or commit
+// (its projections, its own attention or MoE, a state copy of its own) must not write the state rows,
+// scratch rows, token cache rows or conv state the next operation reads for its batch, or that operation
+// may read them before the engine's kernel has written them. Writes to that operation's inputs are
+// fine. Where an engine's kernel must write such rows, run the round with pdl = false, or enqueue
+// between the two a kernel that lets its dependents start only after it has waited for that one (or that
+// never triggers early). build_slot_indices and short_conv launch plainly.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +102,9 @@ struct RoundSpec {
   VerifyOptions options;
   Mode mode = Mode::fused_accept;
   ConvShape conv;         // the layers' short convolution; width 0: none
+  // Programmatic dependent launch of the round's kernels (see the top of this file); false launches each
+  // only after the previous one has finished (for A/B runs). Ignored where the device has no PDL.
+  bool pdl = true;
 };
 
 // One layer's inputs for a batch of rows, in backend memory, row-major with the last dim contiguous, in

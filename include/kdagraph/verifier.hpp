@@ -36,6 +36,9 @@ struct VerifierConfig {
   // state (and in two-phase the conv scratch), a prefill takes the last W - 1 inputs, and each layer's
   // conv runs before its verify (enqueue_conv).
   ConvShape conv;
+  // Programmatic dependent launch of every kernel of its rounds, its graphs' included (SPEC §5,
+  // RoundSpec::pdl, with what it asks of an engine's kernels); false for A/B runs.
+  bool pdl = true;
 };
 
 // Throws InvalidArgument naming the first bad field (SPEC §6).

@@ -1,6 +1,6 @@
-// The SIMT executor's insides (tests/simt/executor.h is its interface): a block of lanes with its warps
-// and barrier, how a lane waits and is released, and how a failure unwinds it. Shared by the lane engines
-// (lanes.cpp), the device-side operations (device_api.cpp) and the launches (executor.cpp).
+// The SIMT executor's insides (tests/simt/executor.h is its interface): a grid, a block of lanes with its
+// warps and barrier, how a lane waits and is released, and how a failure unwinds it. Shared by the lane
+// engines (lanes.cpp), the device-side operations (device_api.cpp) and the launches (executor.cpp).
 //
 // Synchronization is per object on purpose: the block barrier and each warp have their own mutex, so
 // under ThreadSanitizer a warp exchange orders the lanes of that warp only and a missing __syncthreads
@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -21,6 +22,7 @@
 
 #include "tests/simt/executor.h"
 #include "tests/simt/schedule.h"
+#include "tests/simt/shared_memory.h"
 
 #if defined(KDAGRAPH_SIMT_FIBERS)
 #include "tests/simt/fiber.h"
@@ -39,11 +41,13 @@ std::string dims(const dim3& d);
 // Thrown through kernel code to unwind a lane once its launch has failed; the lane's entry catches it.
 struct Aborted {};
 
-enum class WaitKind : int { none, barrier, shuffle };
+enum class WaitKind : int { none, barrier, shuffle, grid_dependency };
 
+// A cp.async copy: its source read when issued (as early as the device may read it), written to shared
+// memory when a wait covers its batch.
 struct Copy {
   void* dst;
-  const void* src;
+  unsigned char data[16];
   size_t bytes, zfill;
   int batch;  // the commit count when it was issued: batch k is closed by the (k+1)-th commit
   const char* file;
@@ -51,6 +55,7 @@ struct Copy {
 };
 
 struct Block;
+struct Grid;
 struct Warp;
 
 struct Lane {
@@ -72,6 +77,7 @@ struct Lane {
   bool finished = false;
 #if defined(KDAGRAPH_SIMT_FIBERS)
   Fiber fiber;
+  char* stack = nullptr;  // while the fiber has one
 #endif
 };
 
@@ -102,14 +108,27 @@ struct Barrier {
   std::vector<Lane*> waiting;
 };
 
+// One launch: what its blocks run, and those held at their wait.
+struct Grid {
+  dim3 grid, block;
+  Lanes engine = Lanes::fibers;
+  Schedule schedule = Schedule::ascending;
+  std::function<void()> body;
+  std::vector<std::unique_ptr<Block>> held;  // in the order they ran
+  int held_lanes = 0;
+};
+
 struct Block {
   Lanes engine = Lanes::fibers;
   Schedule schedule = Schedule::ascending;
   uint3 idx{};
   dim3 dim, grid;
   int threads = 0;
-  void (*body)(const void*) = nullptr;
-  const void* ctx = nullptr;
+  const Grid* launch = nullptr;
+  // A lane reaching grid_dependency_wait is held there (fibers, a programmatic launch, until the executor
+  // lets the grid go on); otherwise the wait returns at once.
+  bool hold_at_wait = false;
+  SharedArena shared;
 
   std::vector<std::unique_ptr<Lane>> lanes;
   std::vector<std::unique_ptr<Warp>> warps;
@@ -127,15 +146,24 @@ struct Block {
   ReadySet ready;
   std::mt19937_64 rng;
   int last = -1;
+  int unfinished = 0;
+  int grid_waiting = 0;  // lanes held at grid_dependency_wait
 };
 
-// The lanes and warps of a block of `b.dim` threads, made once per launch.
+// The lanes and warps of a block of `b.dim` threads, made once per block shape.
 void build_lanes(Block& b);
 // Everything a block leaves behind, cleared before the next one.
 void reset_block(Block& b);
 
-// Runs every lane of the block to its end: on the calling thread as fibers, or on OS threads.
-void run_block(Block& b);
+// Runs every lane of the block: on the calling thread as fibers, or on OS threads. Returns true when
+// all have finished, false when the block is held: no fiber can run and some wait at
+// grid_dependency_wait (b.hold_at_wait).
+bool run_block(Block& b);
+// Lets a held block's lanes go on from grid_dependency_wait (or, once the block has failed, unwind) and
+// runs it to its end.
+void resume_block(Block& b);
+// grid_dependency_wait of a fiber lane of a held block: suspends it until resume_block.
+void hold_at_grid_dependency(Lane& self, const char* file, int line);
 
 // The lane the calling thread (or fiber) runs; aborts the process outside a launch.
 Lane& current_lane();

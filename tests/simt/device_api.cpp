@@ -106,7 +106,9 @@ void pipeline_memcpy_async(void* dst, const void* src, size_t bytes, size_t zfil
     fail(self, call() + ": source or destination not aligned to " + std::to_string(bytes) + " bytes");
   if (!detail::in_shared(dst, bytes)) fail(self, call() + ": the destination is not __shared__ memory");
   if (detail::in_shared(src, bytes)) fail(self, call() + ": the source is __shared__ memory");
-  self.copies.push_back(Copy{dst, src, bytes, zfill, self.commits, file, line});
+  Copy c{dst, {}, bytes, zfill, self.commits, file, line};
+  std::memcpy(c.data, src, bytes - zfill);
+  self.copies.push_back(c);
 }
 
 void pipeline_commit() { ++current_lane().commits; }
@@ -119,7 +121,7 @@ void pipeline_wait_prior(size_t prior, const char* file, int line) {
   auto landed = [&](const Copy& c) { return c.batch < first_pending; };
   for (const Copy& c : self.copies) {
     if (!landed(c)) continue;
-    std::memcpy(c.dst, c.src, c.bytes - c.zfill);
+    std::memcpy(c.dst, c.data, c.bytes - c.zfill);
     std::memset(static_cast<char*>(c.dst) + (c.bytes - c.zfill), 0, c.zfill);
   }
   self.copies.erase(std::remove_if(self.copies.begin(), self.copies.end(), landed), self.copies.end());
@@ -134,8 +136,9 @@ void check_global_access(const void* ptr, size_t align, const char* what, const 
 }
 
 void grid_dependency_wait(const char* file, int line) {
-  (void)file, (void)line;
-  current_lane().grid_waited = true;
+  Lane& self = current_lane();
+  self.grid_waited = true;
+  if (self.block->hold_at_wait) detail::hold_at_grid_dependency(self, file, line);
 }
 
 void trigger_dependent_launch(const char* file, int line) {

@@ -1,6 +1,6 @@
 // The lanes of a SIMT executor block (tests/simt/block.h): how one waits, is released and fails, and the
 // two engines that run them: fibers on the launching thread, switched by a scheduler that follows the
-// launch's Schedule, or one OS thread per lane.
+// launch's Schedule (and able to hold a block at grid_dependency_wait), or one OS thread per lane.
 #include <sys/mman.h>
 
 #include <chrono>
@@ -11,6 +11,7 @@
 #include <map>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "tests/simt/block.h"
 #include "tests/simt/fiber_asan.h"
@@ -44,7 +45,10 @@ std::string describe_deadlock(const Block& b) {
       continue;
     }
     const char* file = l->wait_file.load(std::memory_order_relaxed);
-    by_site[std::string(kind == WaitKind::barrier ? "__syncthreads" : "__shfl_xor_sync") + " at " +
+    const char* call = kind == WaitKind::barrier   ? "__syncthreads"
+                       : kind == WaitKind::shuffle ? "__shfl_xor_sync"
+                                                   : "grid_dependency_wait";
+    by_site[std::string(call) + " at " +
             site(file ? file : "?", l->wait_line.load(std::memory_order_relaxed))]
         .push_back(l->index);
   }
@@ -103,7 +107,7 @@ void run_lane(Lane& l) {
   Block& b = *l.block;
   try {
     if (!b.aborted.load(std::memory_order_relaxed)) {
-      b.body(b.ctx);
+      b.launch->body();
       on_exit(l);
     }
   } catch (const Aborted&) {
@@ -180,7 +184,9 @@ ThreadPool& thread_pool() {
 // ---- the fibers engine -----------------------------------------------------------------------------
 
 #if defined(KDAGRAPH_SIMT_FIBERS)
-// Fiber stacks, one per thread index, kept across blocks and launches; a guard page below each.
+// Fiber stacks, kept across blocks and launches and lent to one fiber at a time; a guard page below
+// each. Held blocks keep theirs, so up to two grids' held lanes (kMaxHeldLanes each) and a running
+// block have one at once: each a mapping and a guard, well inside the kernel's mapping limit.
 class StackPool {
  public:
 #if defined(KDA_SIMT_ASAN)
@@ -191,21 +197,25 @@ class StackPool {
   static constexpr size_t kGuardBytes = 4096;
 
   ~StackPool() {
-    for (void* s : stacks_) munmap(s, kStackBytes + kGuardBytes);
+    for (char* bottom : all_) munmap(bottom - kGuardBytes, kStackBytes + kGuardBytes);
   }
-  // Lowest usable address of stack i.
-  char* bottom(int i) {
-    while (int(stacks_.size()) <= i) {
+  // Lowest usable address of a free stack.
+  char* take() {
+    if (free_.empty()) {
       void* p = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) throw std::runtime_error("kdagraph simt: cannot map a fiber stack");
       mprotect(p, kGuardBytes, PROT_NONE);
-      stacks_.push_back(p);
+      all_.push_back(static_cast<char*>(p) + kGuardBytes);
+      free_.push_back(all_.back());
     }
-    return static_cast<char*>(stacks_[size_t(i)]) + kGuardBytes;
+    char* bottom = free_.back();
+    free_.pop_back();
+    return bottom;
   }
+  void give_back(char* bottom) { free_.push_back(bottom); }
 
  private:
-  std::vector<void*> stacks_;
+  std::vector<char*> all_, free_;
 };
 
 StackPool& stack_pool() {
@@ -213,16 +223,22 @@ StackPool& stack_pool() {
   return pool;
 }
 
-void run_fibers(Block& b) {
+void start_fibers(Block& b) {
   for (auto& lp : b.lanes) {
     Lane& l = *lp;
-    l.fiber.start(stack_pool().bottom(l.index), StackPool::kStackBytes,
-                  [](void* lane) { run_lane(*static_cast<Lane*>(lane)); }, &l);
+    l.stack = stack_pool().take();
+    l.fiber.start(l.stack, StackPool::kStackBytes, [](void* lane) { run_lane(*static_cast<Lane*>(lane)); }, &l);
   }
   b.ready.reset(b.threads);
-  int unfinished = b.threads;
-  while (unfinished > 0) {
+  b.unfinished = b.threads;
+}
+
+// Runs the block's fibers until all have finished (true) or the block is held (false).
+bool schedule_fibers(Block& b) {
+  while (b.unfinished > 0) {
     int i = b.ready.pick(b.schedule, b.last, b.rng);
+    if (i < 0 && b.grid_waiting > 0 && b.hold_at_wait && !b.aborted.load(std::memory_order_relaxed))
+      return false;  // the rest is held at grid_dependency_wait
     if (i < 0) {
       {
         const std::lock_guard<std::mutex> lk(b.error_m);
@@ -242,9 +258,17 @@ void run_fibers(Block& b) {
     tl_lane = nullptr;
     if (l.finished) {
       b.ready.clear(i);
-      --unfinished;
+      --b.unfinished;
+      stack_pool().give_back(std::exchange(l.stack, nullptr));
     }
   }
+  return true;
+}
+
+// Suspends a waiting fiber lane until another lane (or the executor) releases it.
+void suspend_fiber(Lane& self) {
+  self.block->ready.clear(self.index);
+  self.fiber.suspend();
 }
 #endif
 
@@ -295,8 +319,7 @@ void wait(Lane& self, std::unique_lock<std::mutex>& lk, std::condition_variable&
     while (self.blocked && !b.aborted.load(std::memory_order_relaxed)) cv.wait_for(lk, kAbortPoll);
   } else {
 #if defined(KDAGRAPH_SIMT_FIBERS)
-    b.ready.clear(self.index);
-    self.fiber.suspend();
+    suspend_fiber(self);
 #endif
   }
   self.wait_kind.store(int(WaitKind::none), std::memory_order_relaxed);
@@ -338,15 +361,52 @@ void reset_block(Block& b) {
   }
   for (auto& w : b.warps) w->exited = w->open = w->arrived = 0;
   b.barrier.arrived = b.barrier.exited = 0;
+  b.aborted.store(false, std::memory_order_relaxed);
+  b.error.clear();
   b.live_waiting.store(uint64_t(b.threads) << 32, std::memory_order_relaxed);
   b.last = -1;
+  b.grid_waiting = 0;
 }
 
-void run_block(Block& b) {
+bool run_block(Block& b) {
 #if defined(KDAGRAPH_SIMT_FIBERS)
-  if (b.engine == Lanes::fibers) return run_fibers(b);
+  if (b.engine == Lanes::fibers) {
+    start_fibers(b);
+    return schedule_fibers(b);
+  }
 #endif
   thread_pool().run(b);
+  return true;
+}
+
+void resume_block(Block& b) {
+#if defined(KDAGRAPH_SIMT_FIBERS)
+  b.hold_at_wait = false;
+  for (auto& l : b.lanes)
+    if (l->blocked && WaitKind(l->wait_kind.load(std::memory_order_relaxed)) == WaitKind::grid_dependency) {
+      release(*l);
+      --b.grid_waiting;
+    }
+  schedule_fibers(b);
+#else
+  (void)b;  // only fiber lanes are ever held
+#endif
+}
+
+void hold_at_grid_dependency(Lane& self, const char* file, int line) {
+#if defined(KDAGRAPH_SIMT_FIBERS)
+  Block& b = *self.block;
+  self.blocked = true;
+  self.wait_file.store(file, std::memory_order_relaxed);
+  self.wait_line.store(line, std::memory_order_relaxed);
+  self.wait_kind.store(int(WaitKind::grid_dependency), std::memory_order_relaxed);
+  ++b.grid_waiting;
+  suspend_fiber(self);
+  self.wait_kind.store(int(WaitKind::none), std::memory_order_relaxed);
+  if (self.blocked || b.aborted.load(std::memory_order_relaxed)) throw Aborted{};
+#else
+  (void)self, (void)file, (void)line;
+#endif
 }
 
 }  // namespace kdagraph::simt::detail
