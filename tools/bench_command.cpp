@@ -43,6 +43,7 @@ struct BenchOptions {
   double accept_rate = 0.7;
   uint64_t seed = 1;
   bool conv = true;
+  bool pdl = true;
   bool node_trace = false;
   std::string csv, md;
 };
@@ -77,6 +78,7 @@ OptionTable bench_options(BenchOptions& o) {
   t.value("seed", "N", "seed of the synthetic inputs and sampler (default 1)",
           [&o](const std::string& n, const std::string& v) { o.seed = uint64_t(parse_int(n, v, 0, INT64_MAX)); });
   add_conv_option(t, o.conv);
+  add_pdl_option(t, o.pdl);
   t.value("csv", "FILE", "write the results as CSV (profiling/plot.py draws them)",
           [&o](const std::string&, const std::string& v) { o.csv = v; });
   t.value("md", "FILE", "also write the markdown table to FILE",
@@ -359,7 +361,8 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
       std::any_of(results.begin(), results.end(), [](const Result& r) { return !std::isnan(r.graph_us); });
   std::string out = "# kdagraph bench: " + std::string(to_string(base.backend)) + ", preset " + preset + " (" +
                     describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) +
-                    ", conv " + describe(engine_config(base).verifier.conv) + "\n\n";
+                    ", conv " + describe(engine_config(base).verifier.conv) + ", pdl " +
+                    describe_pdl(base.pdl, base.backend) + "\n\n";
   out +=
       "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
       (cuda ? "device-to-device cudaMemcpy" : "memcpy on the CPU cores") +
@@ -414,6 +417,7 @@ int bench(BenchOptions o) {
   base.accept_rate = o.accept_rate;
   base.seed = o.seed;
   base.conv = o.conv;
+  base.pdl = o.pdl;
   const bool cuda = base.backend == Backend::cuda;
   if (o.node_trace && !cuda) throw UsageError("--node-trace: traces CUDA graphs, but the backend is the CPU");
   if (o.node_trace && std::find(o.execs.begin(), o.execs.end(), size_t(Exec::graph)) == o.execs.end())

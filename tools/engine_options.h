@@ -62,6 +62,7 @@ struct EngineSetup {
   uint64_t seed = 1;
   bool keep_outputs = false;
   bool conv = true;                  // Kimi-Linear's short convolution before each layer (W = 4, SiLU, no bias)
+  bool pdl = true;                   // programmatic dependent launch of the round's kernels (SPEC §5)
 };
 HostEngineConfig engine_config(const EngineSetup& e);
 
@@ -69,6 +70,11 @@ HostEngineConfig engine_config(const EngineSetup& e);
 void add_conv_option(OptionTable& table, bool& conv);
 // "W=4 SiLU, no bias, C=384" or "off (--no-conv): the recurrent part alone".
 std::string describe(const ConvShape& conv);
+
+// --no-pdl: every kernel of a round waits for the previous one to finish (for A/B runs).
+void add_pdl_option(OptionTable& table, bool& pdl);
+// What the switch does on `backend` (on the CPU backend the kernels run one after another anyway).
+std::string describe_pdl(bool pdl, Backend backend);
 
 // What a mode costs (SPEC §3, §7), from the configuration alone.
 struct ModeFootprint {

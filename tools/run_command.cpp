@@ -40,6 +40,7 @@ struct RunOptions {
   bool vary_batch = false;
   uint64_t seed = 1;
   bool conv = true;
+  bool pdl = true;
   bool check = false;
   bool json = false;
   std::string json_file;
@@ -81,6 +82,7 @@ OptionTable run_options(RunOptions& o) {
             o.seed = uint64_t(parse_int(n, v, 0, INT64_MAX));
           });
   add_conv_option(t, o.conv);
+  add_pdl_option(t, o.pdl);
   t.flag("check", "rerun the rounds through the CPU two-phase eager reference and compare every round's "
          "outputs and every retired state (bitwise on the CPU); exit 3 on a difference",
          [&o] { o.check = true; });
@@ -179,6 +181,7 @@ void print_text(const RunReport& r) {
     std::printf(": state %s KiB per slot, scratch %s KiB", fmt("%.4g", double(fp.conv_state_bytes_per_slot) / 1024).c_str(),
                 fmt("%.4g", double(fp.conv_scratch_bytes_per_slot) / 1024).c_str());
   std::printf("\n");
+  std::printf("  pdl                 %s\n", describe_pdl(v.pdl, v.backend).c_str());
   std::string per_rows;
   for (const auto& [rows, count] : r.rounds_per_rows)
     per_rows += (per_rows.empty() ? "" : ", ") + std::to_string(rows) + " rows x" + std::to_string(count);
@@ -213,7 +216,7 @@ std::string to_json(const RunReport& r) {
   j.field("io_dtype", to_string(v.io_dtype)).field("state_dtype", to_string(v.pool.state_dtype));
   j.field("backend", to_string(v.backend)).field("mode", to_string(v.mode)).field("exec", to_string(r.cfg.runner.exec));
   j.field("cpu_isa", to_string(cpu_isa())).field("cpu_threads", cpu_threads());
-  j.field("sampler_in_graph", r.cfg.runner.sampler_in_graph);
+  j.field("sampler_in_graph", r.cfg.runner.sampler_in_graph).field("pdl", v.pdl);
   const ModeFootprint fp = mode_footprint(v);
   j.field("state_transfers_per_round", fp.transfers);
   j.field("state_bytes_per_round", fp.state_bytes_per_row * r.cfg.batch);
@@ -287,6 +290,7 @@ int run(const RunOptions& o) {
   setup.seed = o.seed;
   setup.keep_outputs = o.check;
   setup.conv = o.conv;
+  setup.pdl = o.pdl;
 
   RunReport report;
   report.opt = o;

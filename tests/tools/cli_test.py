@@ -298,6 +298,23 @@ def conv_on_by_default_and_off_with_no_conv():
 
 
 @case
+def pdl_on_by_default_and_off_with_no_pdl():
+    """SPEC 5: programmatic dependent launch is on by default, --no-pdl turns it off; the summaries say
+    which, and a checked run agrees with the reference either way."""
+    d = json.loads(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--json"]).stdout)
+    if d.get("pdl") is not True:
+        raise Failure(f"the JSON's pdl is {d.get('pdl')}, expected true by default")
+    d = json.loads(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--no-pdl", "--json"]).stdout)
+    if d.get("pdl") is not False:
+        raise Failure(f"--no-pdl: the JSON's pdl is {d.get('pdl')}")
+    text = summary(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--no-pdl"]).stdout)
+    if not text.get("pdl", "").startswith("off"):
+        raise Failure(f"--no-pdl: the text summary's pdl line: {text.get('pdl')}")
+    check_case("fused-accept", "graph", ["--no-pdl"])
+    print(d["pdl"], text["pdl"])
+
+
+@case
 def check_no_conv():
     check_case("fused-accept", "graph", ["--no-conv"])
     check_case("two-phase", "eager", ["--no-conv"])
