@@ -438,7 +438,7 @@ void bind_ops(nb::module_& m) {
           [](PySpec* self, int32_t layers, int32_t heads, int32_t value_heads, int32_t head_k, int32_t head_v,
              int32_t tokens, const std::string& io_dtype, nb::handle mode, bool l2norm_qk, nb::handle scale,
              const std::string& gate, float lower_bound, bool beta_is_logit, int32_t conv_width,
-             nb::handle conv_activation) {
+             nb::handle conv_activation, bool pdl) {
             RoundSpec spec;
             spec.model = ModelShape{layers, heads, value_heads, head_k, head_v};
             spec.tokens = tokens;
@@ -446,14 +446,18 @@ void bind_ops(nb::module_& m) {
             spec.mode = mode_from(mode);
             spec.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
             spec.conv = conv_shape(spec.model, conv_width, conv_activation);
+            spec.pdl = pdl;
             new (self) PySpec{spec};
           },
           nb::kw_only(), "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a, "tokens"_a,
           "io_dtype"_a = "float32", "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(),
           "gate"_a = "precomputed", "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "conv_width"_a = 0,
-          "conv_activation"_a.none() = "silu",
+          "conv_activation"_a.none() = "silu", "pdl"_a = true,
           "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4, over C = 2 H K + HV V channels; "
-          "conv_activation 'silu' or 'none' ('linear', None).")
+          "conv_activation 'silu' or 'none' ('linear', None). pdl: programmatic dependent launch of the round's "
+          "kernels on sm_90 and later (SPEC §5; an engine kernel just before one of them must not write the state "
+          "rows it reads); False launches each after the previous one has finished.")
+      .def_prop_ro("pdl", [](const PySpec& s) { return s.spec.pdl; })
       .def_prop_ro("layers", [](const PySpec& s) { return s.spec.model.layers; })
       .def_prop_ro("tokens", [](const PySpec& s) { return s.spec.tokens; })
       .def_prop_ro("mode", [](const PySpec& s) { return s.spec.mode; })

@@ -147,6 +147,16 @@ def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv
             assert (extra["conv_state"][:, P] == 5.0).all(), "the padding slot's conv state is never written"
 
 
+def test_the_pdl_switch_is_on_by_default_and_settable():
+    """SPEC §5: programmatic dependent launch is one switch of the round: RoundSpec's and the Verifier's."""
+    shape = dict(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T)
+    assert kdagraph.RoundSpec(**shape).pdl is True
+    assert kdagraph.RoundSpec(**shape, pdl=False).pdl is False
+    verifier = dict(shape, slots=P, scratch_steps=S, max_rows=N)
+    assert kdagraph.Verifier(**verifier).pdl is True
+    assert kdagraph.Verifier(**verifier, pdl=False).pdl is False
+
+
 def test_storage_refuses_bad_arrays_by_name():
     spec = kdagraph.RoundSpec(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T)
     good = dict(pool=np.zeros((L, P, HV, V, K), np.float32), accept_len=np.zeros(P, np.int32), scratch_steps=S,
