@@ -10,10 +10,7 @@ thread_local bool t_capturing = false;
 thread_local std::vector<CpuNode> t_nodes;
 }  // namespace
 
-void cpu_submit(CpuNode node) {
-  if (t_capturing) t_nodes.push_back(std::move(node));
-  else node();
-}
+void cpu_record(CpuNode node) { t_nodes.push_back(std::move(node)); }
 
 void cpu_capture_begin() {
   if (t_capturing) throw Error("cpu_capture_begin: a capture is already open on this thread");

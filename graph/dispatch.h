@@ -57,7 +57,8 @@ void enqueue(const Stream& s, const typename Op::Params& p, bool pdl) {
       // The SIMT test build (tests/simt/): the CPU backend runs the CUDA kernel's own source on the
       // executor, so every CPU test of the library exercises the kernels.
       cpu_submit([p, pdl] {
-        check_launch(Op::cuda(p, Launch{nullptr, pdl}), Op::kName, Op::shape(p));
+        const cudaError_t err = Op::cuda(p, Launch{nullptr, pdl});
+        if (err != cudaSuccess) throw_launch_failure(err, Op::kName, Op::shape(p));
         if (!in_cpu_round()) complete_cpu_kernels();
       });
 #else
@@ -67,7 +68,9 @@ void enqueue(const Stream& s, const typename Op::Params& p, bool pdl) {
       return;
     case Backend::cuda:
 #if defined(KDAGRAPH_WITH_CUDA)
-      check_launch(Op::cuda(p, Launch{s.stream, pdl}), Op::kName, Op::shape(p));
+      // The shape is built only for a failure's message: an eager round allocates nothing.
+      if (const cudaError_t err = Op::cuda(p, Launch{s.stream, pdl}); err != cudaSuccess)
+        throw_launch_failure(err, Op::kName, Op::shape(p));
       return;
 #else
       throw_no_cuda(Op::kName);

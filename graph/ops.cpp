@@ -3,6 +3,7 @@
 #include "kdagraph/ops.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "graph/dispatch.h"
@@ -239,8 +240,9 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
           "must set exactly one of seed_row (a row of seeds) and seed_token (a token's row of states)");
   if (idx.seed_row != nullptr) {
     detail::validate_state_view(where, "seeds", seeds, spec, 1, s.backend);
-    require(seeds.dtype == states.dtype, where, "seeds.dtype",
-            std::string("= ") + to_string(seeds.dtype) + " differs from states.dtype = " + to_string(states.dtype));
+    require(seeds.dtype == states.dtype, where, "seeds.dtype", [&] {
+      return std::string("= ") + to_string(seeds.dtype) + " differs from states.dtype = " + to_string(states.dtype);
+    });
     detail::require_buffer(where, "idx.seed_row", idx.seed_row, alignof(int32_t));
   } else {
     detail::require_buffer(where, "idx.seed_token", idx.seed_token, alignof(int32_t));
@@ -285,9 +287,10 @@ void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, con
   require_in_range(where, "pool_slots", pool_slots, 1, INT32_MAX);
   require_in_range(where, "scratch_steps", scratch_steps, 1, 1 << 16);
   require_in_range(where, "tokens", tokens, 1, scratch_steps);
-  require(int64_t(pool_slots) * scratch_steps <= INT32_MAX, where, "scratch_steps",
-          "= " + std::to_string(scratch_steps) + " with pool_slots = " + std::to_string(pool_slots) +
-              " makes scratch rows past the int32 range");
+  require(int64_t(pool_slots) * scratch_steps <= INT32_MAX, where, "scratch_steps", [&] {
+    return "= " + std::to_string(scratch_steps) + " with pool_slots = " + std::to_string(pool_slots) +
+           " makes scratch rows past the int32 range";
+  });
   detail::require_buffer(where, "slots", slots, alignof(int32_t));
   detail::require_buffer(where, "accept_len", accept_len, alignof(int32_t));
   detail::require_buffer(where, "write_row", write_row, alignof(int32_t));
@@ -356,8 +359,9 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   detail::validate_view(where, "conv_state", c.conv_state, one_layer, 1,
                         int64_t(conv_state_columns(ConvLayout::in_place, c.conv.width, c.scratch_steps)) * c.conv.channels,
                         s.backend, row_align);
-  require(c.conv_state.dtype == c.io_dtype, where, "conv_state.dtype",
-          std::string("= ") + to_string(c.conv_state.dtype) + " differs from io_dtype = " + to_string(c.io_dtype));
+  require(c.conv_state.dtype == c.io_dtype, where, "conv_state.dtype", [&] {
+    return std::string("= ") + to_string(c.conv_state.dtype) + " differs from io_dtype = " + to_string(c.io_dtype);
+  });
   detail::require_buffer(where, "state_indices", c.state_indices, alignof(int32_t));
   detail::require_buffer(where, "num_accepted", c.num_accepted, alignof(int32_t));
   if (c.errors != nullptr) detail::require_buffer(where, "errors", c.errors, alignof(DeviceErrorWord));
@@ -401,7 +405,7 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
   const char* where = "ops::commit";
   validate_round(where, s, spec, storage, idx, rows);
   require(mode_policy(spec.mode).commit, where, "spec.mode",
-          std::string("= ") + to_string(spec.mode) + ": this mode has no commit (two-phase has)");
+          [&] { return std::string("= ") + to_string(spec.mode) + ": this mode has no commit (two-phase has)"; });
   nvtx::Scoped range(nvtx::Range::commit, rows);
   detail::enqueue<CopyAcceptedStatesOp>(s, copy_params(spec, storage, rows, idx.row_slot, idx.row_accept), spec.pdl);
   if (spec.conv.width > 0)
@@ -421,9 +425,11 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
   if (replay && gate_in_kernel) {
     require(gates != nullptr, where, "gates", "is null: a replay with the gate in the kernel needs each layer's A_log and dt_bias");
     for (int32_t l = 0; l < spec.model.layers; ++l) {
-      const std::string arg = "gates[" + std::to_string(l) + "]";
-      detail::require_buffer(where, (arg + ".A_log").c_str(), gates[l].A_log, alignof(float));
-      detail::require_buffer(where, (arg + ".dt_bias").c_str(), gates[l].dt_bias, alignof(float));
+      char arg[2][48];  // the layer's argument names, with no allocation
+      std::snprintf(arg[0], sizeof arg[0], "gates[%d].A_log", int(l));
+      std::snprintf(arg[1], sizeof arg[1], "gates[%d].dt_bias", int(l));
+      detail::require_buffer(where, arg[0], gates[l].A_log, alignof(float));
+      detail::require_buffer(where, arg[1], gates[l].dt_bias, alignof(float));
     }
   }
   nvtx::Scoped range(nvtx::Range::materialize, count);

@@ -23,7 +23,7 @@ void validate_state_view(const char* where, const char* name, const StateView& v
 // elements, exactly one of base and layer table. Rows, layers and the base start at multiples of
 // `row_align_bytes`: 16 for every view of a round (SPEC §10), one element for short_conv's conv state
 // (SPEC §11: any channel count). A table's entries are 16-byte aligned whatever the rows (layer_base).
-void validate_view(const char* where, const std::string& name, const StateView& v, const RoundSpec& spec,
+void validate_view(const char* where, const char* name, const StateView& v, const RoundSpec& spec,
                    int64_t min_rows, int64_t row_elems, Backend backend, int64_t row_align_bytes = 16);
 // Index arrays present, T matching the spec, and `rows` in [1, capacity].
 void validate_indices(const char* where, const RoundSpec& spec, const RoundIndices& idx, int32_t rows);

@@ -343,8 +343,8 @@ void Verifier::enqueue_accept_from_host(const Stream& s, const int32_t* accepted
   const char* where = "Verifier::enqueue_accept_from_host";
   detail::validate_stream(where, s, m.cfg.backend);
   require(m.n > 0, where, "batch", "is not set: call set_batch first");
-  require(n == m.n, where, "n", "= " + std::to_string(n) + " differs from the batch size " +
-                                    std::to_string(m.n) + " of set_batch");
+  require(n == m.n, where, "n",
+          [&] { return "= " + std::to_string(n) + " differs from the batch size " + std::to_string(m.n) + " of set_batch"; });
   detail::validate_accept_lengths(where, accepted, n, m.cfg.tokens);
   m.require_not_capturing(where, s);
   m.uploader.upload(s, m.accepted, accepted, sizeof(int32_t) * size_t(n));
@@ -356,7 +356,7 @@ void Verifier::enqueue_commit(const Stream& s, int32_t rows) {
   const char* where = "Verifier::enqueue_commit";
   detail::validate_stream(where, s, m.cfg.backend);
   require(mode_policy(m.cfg.mode).commit, where, "mode",
-          std::string("= ") + to_string(m.cfg.mode) + ": commit exists only in two-phase mode");
+          [&] { return std::string("= ") + to_string(m.cfg.mode) + ": commit exists only in two-phase mode"; });
   m.check_rows(where, s, rows);
   detail::cpu_round(s, [&] { ops::commit(s, m.spec, m.storage, m.idx, rows); });
 }

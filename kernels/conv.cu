@@ -72,7 +72,9 @@ cudaError_t launch_conv(const ConvParams& p, Launch on) {
     if (p.out[s].channels > 0) detail::require_buffer(where, "out[].y", p.out[s].y, es);
     covered += p.out[s].channels;
   }
-  require(covered == p.channels, where, "out", "covers " + std::to_string(covered) + " of C = " + std::to_string(p.channels) + " channels");
+  require(covered == p.channels, where, "out", [&] {
+    return "covers " + std::to_string(covered) + " of C = " + std::to_string(p.channels) + " channels";
+  });
   detail::require_buffer(where, "x", p.x, es);
   detail::require_buffer(where, "weight", p.weight, alignof(float));
   if (p.bias != nullptr) detail::require_buffer(where, "bias", p.bias, alignof(float));
@@ -90,9 +92,10 @@ cudaError_t launch_conv(const ConvParams& p, Launch on) {
   }
   const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
   const int64_t blocks = int64_t(p.rows) * chunks;
-  require(blocks <= int64_t(INT32_MAX), where, "rows",
-          "= " + std::to_string(p.rows) + " with C = " + std::to_string(p.channels) + " needs " +
-              std::to_string(blocks) + " blocks, more than a grid holds");
+  require(blocks <= int64_t(INT32_MAX), where, "rows", [&] {
+    return "= " + std::to_string(p.rows) + " with C = " + std::to_string(p.channels) + " needs " +
+           std::to_string(blocks) + " blocks, more than a grid holds";
+  });
   return p.io_dtype == DType::f32 ? dispatch_width<float>(p, on, chunks, unsigned(blocks))
                                   : dispatch_width<math::bf16>(p, on, chunks, unsigned(blocks));
 }

@@ -74,8 +74,9 @@ cudaError_t launch_copy_accepted_states(const StateCopyParams& p, Launch on) {
   require_in_range(where, "count", p.count, 0, INT32_MAX);
   require(p.scratch.dtype == p.pool.dtype, where, "scratch.dtype", "differs from pool.dtype");
   const int64_t slot_bytes = p.row_elems * elem_bytes(p.pool.dtype);
-  require(slot_bytes % 16 == 0, where, "row_elems",
-          "= " + std::to_string(p.row_elems) + ": a slot's state must be a whole number of 16-byte words");
+  require(slot_bytes % 16 == 0, where, "row_elems", [&] {
+    return "= " + std::to_string(p.row_elems) + ": a slot's state must be a whole number of 16-byte words";
+  });
   detail::require_state_view(where, "pool", p.pool, p.pool.dtype, p.row_elems);
   detail::require_state_view(where, "scratch", p.scratch, p.pool.dtype, p.row_elems);
   CopyGrid grid;

@@ -395,9 +395,10 @@ template <int K, class IoT, class StateT>
 cudaError_t launch_tiles(const VerifyParams& p, Launch on) {
   using Tile = VerifyTile<K, VerifyConfig<K>::kRows>;
   const int64_t blocks = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
-  require(blocks <= int64_t(INT32_MAX), "launch_verify", "rows",
-          "= " + std::to_string(p.rows) + " with HV = " + std::to_string(p.value_heads) + " needs " +
-              std::to_string(blocks) + " blocks, more than a grid holds");
+  require(blocks <= int64_t(INT32_MAX), "launch_verify", "rows", [&] {
+    return "= " + std::to_string(p.rows) + " with HV = " + std::to_string(p.value_heads) + " needs " +
+           std::to_string(blocks) + " blocks, more than a grid holds";
+  });
   return launch_kernel(verify_kernel<K, VerifyConfig<K>::kRows, IoT, StateT>, unsigned(blocks), Tile::kThreads, on, p);
 }
 
@@ -419,13 +420,15 @@ bool verify_cuda_supports(int32_t head_k, int32_t head_v) {
 
 cudaError_t launch_verify(const VerifyParams& p, Launch on) {
   const char* where = "launch_verify";
-  require(verify_cuda_supports(p.head_k, p.head_v), where, "head_k",
-          "= " + std::to_string(p.head_k) + " with head_v = " + std::to_string(p.head_v) +
-              ": the CUDA verify is built for K = V = 64 and K = V = 128 only");
+  require(verify_cuda_supports(p.head_k, p.head_v), where, "head_k", [&] {
+    return "= " + std::to_string(p.head_k) + " with head_v = " + std::to_string(p.head_v) +
+           ": the CUDA verify is built for K = V = 64 and K = V = 128 only";
+  });
   require_in_range(where, "rows", p.rows, 0, INT32_MAX);
   require_in_range(where, "tokens", p.tokens, p.slot_list != nullptr ? 0 : 1, INT32_MAX);
-  require(p.heads >= 1 && p.value_heads >= 1 && p.value_heads % p.heads == 0, where, "value_heads",
-          "= " + std::to_string(p.value_heads) + " is not a positive multiple of heads = " + std::to_string(p.heads));
+  require(p.heads >= 1 && p.value_heads >= 1 && p.value_heads % p.heads == 0, where, "value_heads", [&] {
+    return "= " + std::to_string(p.value_heads) + " is not a positive multiple of heads = " + std::to_string(p.heads);
+  });
   if (p.rows == 0) return cudaSuccess;
   // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words from
   // 16-byte aligned rows, the gate parameters as 4-byte cp.async; cache rows like input rows.
