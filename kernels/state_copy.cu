@@ -32,14 +32,19 @@ __global__ void __launch_bounds__(kCopyThreads)
     copy_accepted_states_kernel(const StateCopyParams p, const CopyGrid grid) {
   grid_dependency_wait();
   trigger_dependent_launch();
+  // Where a unit copies from and to, resolved by one thread and shared: a materialize list is checked
+  // for repeats by a scan of the entries before it, once per block and unit rather than per thread.
+  auto& resolved = shared_object<CopyRows>();
   for (int64_t u = blockIdx.x; u < grid.units; u += gridDim.x) {
     const int64_t chunk = u % grid.chunks_per_slot;
     const int64_t entry_layer = u / grid.chunks_per_slot;
     const int32_t layer = int32_t(entry_layer % p.pool.layers);
     const int32_t e = int32_t(entry_layer / p.pool.layers);
     // One report per entry (accept length) and per entry and layer (layer base), like the CPU.
-    const bool first_thread = chunk == 0 && threadIdx.x == 0;
-    const CopyRows rows = copy_rows(p, e, layer, first_thread && layer == 0, first_thread);
+    if (threadIdx.x == 0) resolved = copy_rows(p, e, layer, chunk == 0 && layer == 0, chunk == 0);
+    __syncthreads();
+    const CopyRows rows = resolved;
+    __syncthreads();  // every thread has read it before thread 0 resolves the next unit
     if (rows.dst == nullptr) continue;
     const auto* src = reinterpret_cast<const uint4*>(rows.src);
     auto* dst = reinterpret_cast<uint4*>(rows.dst);
