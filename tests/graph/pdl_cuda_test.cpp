@@ -14,6 +14,7 @@
 #include "tests/common/engines.h"
 #include "tests/common/gpu.h"
 #include "tests/common/storage.h"
+#include "tests/common/verify_case.h"
 
 namespace kdagraph::test {
 namespace {
