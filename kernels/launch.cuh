@@ -31,5 +31,12 @@ __device__ __forceinline__ T& shared_object() {
   return object;
 }
 
+// [TAG_PDL] Programmatic dependent launch (SPEC §5): a kernel reads what earlier rounds wrote before
+// grid_dependency_wait(), what the previous kernel wrote after it, and calls trigger_dependent_launch()
+// only after its wait. Placeholders until the launch seam launches with PDL; the SIMT executor has the
+// same two.
+__device__ __forceinline__ void grid_dependency_wait() {}
+__device__ __forceinline__ void trigger_dependent_launch() {}
+
 }  // namespace kdagraph
 #endif

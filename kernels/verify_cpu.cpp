@@ -1,5 +1,7 @@
-// CPU implementation of the verify (SPEC §1, §3). The element arithmetic is kernels/kda_math.h, shared
-// with the CUDA kernel; the sums over K run in a fixed order per build, so every mode agrees bitwise.
+// CPU implementation of the verify (SPEC §1, §3), with the short conv fused in when VerifyParams::conv
+// has one (SPEC §9). The element arithmetic is kernels/kda_math.h (and kernels/conv.h), shared with the
+// CUDA kernel; the sums over K run in a fixed order per build, so every mode agrees bitwise.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -78,15 +80,37 @@ template <class IoT>
 }
 
 // Where token u's inputs of one (row, head) are: the first `replay` tokens in the cache row, the rest in
-// the layer's inputs. q is null for cached tokens, which produce no output.
+// the layer's inputs (fused: q, k and v in the conv's buffer). q is null for cached tokens, which
+// produce no output; o_off is where a new token's output goes.
 struct TokenSource {
   const void* q = nullptr;
   const void* k;
   const void* v;
   const void* g;
   const void* beta;
-  int64_t q_off = 0, k_off, v_off, g_off, beta_off;
+  int64_t q_off = 0, k_off, v_off, g_off, beta_off, o_off = 0;
 };
+
+// The fused conv of one (row, value head) (SPEC §9): the q and k channels of its query/key head and its
+// own v channels for the T new tokens, as q [T][K], k [T][K], v [T][V] in a buffer of this thread that
+// only grows (a call allocates nothing once warm). The first value head of a group writes the history
+// of the q and k channels, every head its v channels'.
+template <class IoT>
+const IoT* conv_head(const VerifyParams& p, const ConvRow& r, int32_t n, int32_t h) {
+  thread_local std::vector<IoT> buffer;
+  const int32_t K = p.head_k, V = p.head_v, T = p.tokens, HK = p.heads * K, hq = h / (p.value_heads / p.heads);
+  buffer.resize(std::max(buffer.size(), size_t(T) * size_t(2 * K + V)));
+  IoT* q = buffer.data();
+  IoT* k = q + int64_t(T) * K;
+  IoT* v = k + int64_t(T) * K;
+  const bool owns_qk = h % (p.value_heads / p.heads) == 0;
+  for (int32_t i = 0; i < K; ++i) {
+    conv_channel_into_width<IoT>(p.conv, r, n, hq * K + i, q + i, K, owns_qk);
+    conv_channel_into_width<IoT>(p.conv, r, n, HK + hq * K + i, k + i, K, owns_qk);
+  }
+  for (int32_t j = 0; j < V; ++j) conv_channel_into_width<IoT>(p.conv, r, n, 2 * HK + h * V + j, v + j, V, true);
+  return buffer.data();
+}
 
 // One (row, value head). Value rows j of the state never mix (p[j], u[j] and o[j] read only row j), so
 // each state row runs through all its tokens while it sits in L1, and the state moves once in and T
@@ -101,7 +125,9 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
 
   const VerifyRow r = verify_row(p, n, h == 0);
   const VerifyBases b = r.padded() ? VerifyBases{} : verify_bases(p, r, n, h == 0);
-  if (r.padded() || !b.ok) {  // padded row: zeros out, nothing read, no state written
+  const bool fused = p.conv.width > 0;
+  const ConvRow conv = fused && !r.padded() && b.ok ? conv_row(p.conv, n, h == 0) : ConvRow{};
+  if (r.padded() || !b.ok || (fused && conv.padded())) {  // padded row: zeros out, nothing read, no state written
     for (int32_t t = 0; t < T; ++t) {
       IoT* out = o + ((int64_t(n) * T + t) * HV + h) * V;
       for (int32_t j = 0; j < V; ++j) out[j] = math::from_f32<IoT>(0.0f);
@@ -113,6 +139,7 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
                                    : nullptr;
 
   const TokenCacheLayout cache{p.cache_tokens, p.heads, HV, K, V};
+  const IoT* conv_qkv = fused ? conv_head<IoT>(p, conv, n, h) : nullptr;
   const int32_t U = r.replay + T;  // the token list: cached accepted tokens, then the new ones
   auto source = [&](int32_t u) {
     TokenSource src;
@@ -132,9 +159,16 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
     src.g = p.g;
     src.beta = p.beta;
     src.q_off = src.k_off = (tok * p.heads + hq) * K;
-    src.v_off = (tok * HV + h) * V;
+    src.v_off = src.o_off = (tok * HV + h) * V;
     src.g_off = (tok * HV + h) * K;
     src.beta_off = tok * HV + h;
+    if (fused) {  // q, k and v of new token t from the conv
+      const int64_t t = u - r.replay;
+      src.q = src.k = src.v = conv_qkv;
+      src.q_off = t * K;
+      src.k_off = int64_t(T) * K + t * K;
+      src.v_off = 2 * int64_t(T) * K + t * V;
+    }
     return src;
   };
 
@@ -167,7 +201,7 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
         }
         continue;
       }
-      o[src.v_off + j] = math::from_f32<IoT>(output_of_row(s, w.q + u * w.stride, K));
+      o[src.o_off + j] = math::from_f32<IoT>(output_of_row(s, w.q + u * w.stride, K));
       const int32_t write_row = post_state_row(p, n, u - r.replay, h == 0 && j == 0);
       if (write_row < 0) continue;
       StateT* post = reinterpret_cast<StateT*>(state_row(b.scratch, p.scratch, write_row)) + h * head_elems;

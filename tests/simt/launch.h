@@ -39,4 +39,9 @@ T& shared_object() {
   return *std::launder(reinterpret_cast<T*>(simt::shared_arena() + offset));
 }
 
+// [TAG_PDL] The grid dependency of kernels/launch.cuh: launches run one after another here, so the
+// previous kernel has finished before any block starts.
+inline void grid_dependency_wait() {}
+inline void trigger_dependent_launch() {}
+
 }  // namespace kdagraph
