@@ -3,6 +3,7 @@
 // the recording runs the nodes in order against the same static buffers, as a CUDA graph does.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -10,12 +11,19 @@ namespace kdagraph::detail {
 
 using CpuNode = std::function<void()>;
 
-// Runs `node` now, or records it when this thread is capturing.
-void cpu_submit(CpuNode node);
+// Runs `node` now, or records it when this thread is capturing. `kernel`: an operation of kernels/ (a
+// kernel node on CUDA), not a copy or host work.
+void cpu_submit(CpuNode node, bool kernel = false);
+
+// What a capture recorded: its nodes in order, and how many of them are kernels.
+struct CpuCapture {
+  std::vector<CpuNode> nodes;
+  int32_t kernel_nodes = 0;
+};
 
 // Thread-local capture, like cudaStreamCaptureModeThreadLocal. Captures do not nest.
 void cpu_capture_begin();
-std::vector<CpuNode> cpu_capture_end();
+CpuCapture cpu_capture_end();
 bool cpu_capture_active();
 
 }  // namespace kdagraph::detail

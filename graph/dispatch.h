@@ -24,9 +24,9 @@ void enqueue(const Stream& s, const typename Op::Params& p) {
 #if defined(KDAGRAPH_SIMT)
       // The SIMT test build (tests/simt/): the CPU backend runs the CUDA kernel's own source on the
       // executor, so every CPU test of the library exercises the kernels.
-      cpu_submit([p] { check_launch(Op::cuda(p, nullptr), Op::kName, Op::shape(p)); });
+      cpu_submit([p] { check_launch(Op::cuda(p, nullptr), Op::kName, Op::shape(p)); }, true);
 #else
-      cpu_submit([p] { Op::cpu(p); });
+      cpu_submit([p] { Op::cpu(p); }, true);
 #endif
       return;
     case Backend::cuda:

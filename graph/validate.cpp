@@ -240,10 +240,12 @@ void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t
   }
 }
 
-void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& c) {
-  require_buffer(where, "q", in.q, 16);
-  require_buffer(where, "k", in.k, 16);
-  require_buffer(where, "v", in.v, 16);
+void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& c, bool reads_qkv) {
+  if (reads_qkv) {
+    require_buffer(where, "q", in.q, 16);
+    require_buffer(where, "k", in.k, 16);
+    require_buffer(where, "v", in.v, 16);
+  }
   require_buffer(where, "g", in.g, 16);
   require_buffer(where, "o", in.o, 16);
   require_buffer(where, "beta", in.beta, dtype_size(c.io_dtype));
@@ -253,11 +255,13 @@ void validate_layer_inputs(const char* where, const LayerInputs& in, const Round
   }
 }
 
-void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype) {
+void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype,
+                          bool fused) {
   const uintptr_t es = dtype_size(io_dtype);
-  require_buffer(where, "x", in.x, es);
+  require_buffer(where, "x", in.x, fused ? 16 : es);
   require_buffer(where, "weight", in.weight, alignof(float));
   if (in.bias != nullptr) require_buffer(where, "bias", in.bias, alignof(float));
+  if (fused) return;
   int64_t covered = 0;
   bool ended = false;  // segments in use come first
   for (int s = 0; s < kMaxConvSegments; ++s) {
