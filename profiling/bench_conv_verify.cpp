@@ -5,7 +5,8 @@
 //   per layer   the layer's launch(es) alone, batch 1 to 8, T = 2 and 4;
 //   round       the whole round at L layers (default 20) as the GraphRunner replays it: the index build
 //               and every layer, captured once per bucket (a CUDA graph; the CPU twin on the CPU).
-// Medians over --runs calls after one warm-up. On CUDA by events, on the CPU by the host clock.
+// Medians over --runs calls after one warm-up, the variants taking turns. On CUDA by events, on the CPU
+// by the host clock.
 // Programmatic dependent launch is whatever the launch seam does by default.
 //   bench_conv_verify [--backend cpu|cuda] [--batches 1,2,4,8] [--tokens 2,4] [--layers 20] [--runs N]
 #include <algorithm>
@@ -30,7 +31,6 @@ namespace kdagraph {
 namespace {
 
 using detail::Buffer;
-using profiling::median_ms;
 using profiling::random_buffer;
 
 constexpr int32_t kWidth = 4;
@@ -106,11 +106,8 @@ void start_mid_stream(Verifier& v, const Stream& s, std::mt19937& rng) {
   detail::StreamHandle::view(s).synchronize();
 }
 
-struct LayerTimes {
-  double unfused_ms, fused_ms;
-};
-
-LayerTimes time_layer(Backend b, int32_t tokens, int32_t batch, int runs, const Stream& s) {
+// Medians of one layer's two launches and its one fused kernel, taking turns.
+std::vector<double> time_layer(Backend b, int32_t tokens, int32_t batch, int runs, const Stream& s) {
   std::mt19937 rng(7);
   const VerifierConfig c = layer_config(b, 1, tokens, batch);
   Verifier v(c);
@@ -118,40 +115,50 @@ LayerTimes time_layer(Backend b, int32_t tokens, int32_t batch, int runs, const 
   const RoundInputs in(c, rng);
   const RoundSpec& spec = v.spec();
   v.enqueue_indices(s, batch);
-  LayerTimes t;
-  t.unfused_ms = median_ms(s, runs, [&] {
-    v.enqueue_conv(s, 0, in.conv(spec), batch);
-    v.enqueue_verify(s, 0, in.layer(spec), batch);
-  });
-  t.fused_ms = median_ms(s, runs, [&] { v.enqueue_conv_verify(s, 0, in.conv(spec), in.layer(spec), batch); });
-  return t;
+  return profiling::interleaved_medians_ms(
+      s, runs,
+      {[&] {
+         v.enqueue_conv(s, 0, in.conv(spec), batch);
+         v.enqueue_verify(s, 0, in.layer(spec), batch);
+       },
+       [&] { v.enqueue_conv_verify(s, 0, in.conv(spec), in.layer(spec), batch); }});
 }
 
-struct RoundTimes {
-  double ms;
-  int32_t kernel_nodes;
+// The round of L layers as a runner replays its captured graph (no sampler: the engine's), unfused or
+// fused; each its own Verifier and inputs.
+struct Round {
+  VerifierConfig config;
+  Verifier verifier;
+  RoundInputs in;
+  GraphRunner runner;
+  Round(Backend b, int32_t layers, int32_t tokens, int32_t batch, bool fused, const Stream& s, std::mt19937& rng)
+      : config(fused_config(layer_config(b, layers, tokens, batch), fused)),
+        verifier(config),
+        in(config, rng),
+        runner(verifier, hooks(), one_bucket(batch)) {
+    start_mid_stream(verifier, s, rng);
+    runner.capture(s);
+    std::vector<int32_t> slots(static_cast<size_t>(batch));
+    for (int32_t i = 0; i < batch; ++i) slots[size_t(i)] = i;
+    runner.set_batch(s, slots.data(), batch);
+  }
+  static RunnerConfig one_bucket(int32_t batch) {
+    RunnerConfig rc;
+    rc.buckets = {batch};
+    return rc;
+  }
+  static VerifierConfig fused_config(VerifierConfig c, bool fused) {
+    c.fuse_conv = fused;
+    return c;
+  }
+  RoundHooks hooks() {
+    RoundHooks h;
+    h.layer_inputs = [this](int32_t) { return in.layer(verifier.spec()); };
+    h.conv_inputs = [this](int32_t) { return in.conv(verifier.spec()); };
+    return h;
+  }
+  int32_t kernel_nodes() const { return runner.capture_stats().front().kernel_nodes; }
 };
-
-// The round of L layers as the runner replays its captured graph (no sampler: the engine's).
-RoundTimes time_round(Backend b, int32_t layers, int32_t tokens, int32_t batch, bool fused, int runs, const Stream& s) {
-  std::mt19937 rng(11);
-  VerifierConfig c = layer_config(b, layers, tokens, batch);
-  c.fuse_conv = fused;
-  Verifier v(c);
-  start_mid_stream(v, s, rng);
-  const RoundInputs in(c, rng);
-  RoundHooks hooks;
-  hooks.layer_inputs = [&](int32_t) { return in.layer(v.spec()); };
-  hooks.conv_inputs = [&](int32_t) { return in.conv(v.spec()); };
-  RunnerConfig rc;
-  rc.buckets = {batch};
-  GraphRunner runner(v, hooks, rc);
-  runner.capture(s);
-  std::vector<int32_t> slots(static_cast<size_t>(batch));
-  for (int32_t i = 0; i < batch; ++i) slots[size_t(i)] = i;
-  runner.set_batch(s, slots.data(), batch);
-  return RoundTimes{median_ms(s, runs, [&] { runner.run_round(s); }), runner.capture_stats().front().kernel_nodes};
-}
 
 int run(int argc, char** argv) {
   Backend backend = Backend::cpu;
@@ -191,12 +198,14 @@ int run(int argc, char** argv) {
               layers);
   for (int32_t t : tokens)
     for (int32_t n : batches) {
-      const LayerTimes layer = time_layer(backend, t, n, runs, s);
-      const RoundTimes unfused = time_round(backend, layers, t, n, false, runs, s);
-      const RoundTimes fused = time_round(backend, layers, t, n, true, runs, s);
-      std::printf("| %d | %d | %.4g | %.4g | %.2f | %.4g | %.4g | %.2f | %d | %d |\n", t, n, layer.unfused_ms,
-                  layer.fused_ms, layer.fused_ms / layer.unfused_ms, unfused.ms, fused.ms, fused.ms / unfused.ms,
-                  unfused.kernel_nodes, fused.kernel_nodes);
+      const std::vector<double> layer = time_layer(backend, t, n, runs, s);
+      std::mt19937 rng(11);
+      Round unfused(backend, layers, t, n, false, s, rng), fused(backend, layers, t, n, true, s, rng);
+      const std::vector<double> round = profiling::interleaved_medians_ms(
+          s, runs, {[&] { unfused.runner.run_round(s); }, [&] { fused.runner.run_round(s); }});
+      std::printf("| %d | %d | %.4g | %.4g | %.2f | %.4g | %.4g | %.2f | %d | %d |\n", t, n, layer[0], layer[1],
+                  layer[1] / layer[0], round[0], round[1], round[1] / round[0], unfused.kernel_nodes(),
+                  fused.kernel_nodes());
       std::fflush(stdout);
     }
   return 0;

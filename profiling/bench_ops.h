@@ -59,6 +59,30 @@ inline double median_ms(const Stream& s, int runs, const std::function<void()>& 
   return ms[ms.size() / 2];
 }
 
+// Median milliseconds of each of `ops` over `runs` calls, the ops taking turns (after one untimed call
+// each), so a machine whose load changes during the run weighs on all of them alike.
+inline std::vector<double> interleaved_medians_ms(const Stream& s, int runs,
+                                                  const std::vector<std::function<void()>>& ops) {
+  const auto handle = detail::StreamHandle::view(s);
+  detail::Event start(s.backend), end(s.backend);
+  for (const auto& op : ops) op();
+  handle.synchronize();
+  std::vector<std::vector<double>> ms(ops.size());
+  for (int r = 0; r < runs; ++r)
+    for (size_t i = 0; i < ops.size(); ++i) {
+      start.record(s);
+      ops[i]();
+      end.record(s);
+      ms[i].push_back(end.elapsed_ms_since(start));
+    }
+  std::vector<double> medians;
+  for (auto& m : ms) {
+    std::sort(m.begin(), m.end());
+    medians.push_back(m[m.size() / 2]);
+  }
+  return medians;
+}
+
 // "1,2,4": positive integers up to 4096; `option` names the argument in the error.
 inline std::vector<int32_t> parse_list(const std::string& option, const char* text) {
   std::vector<int32_t> out;
