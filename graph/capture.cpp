@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "graph/dispatch.h"
 #include "kdagraph/error.hpp"
 #include "kernels/cuda_check.h"
 
@@ -72,7 +73,9 @@ void Graph::upload(const Stream& s) const {
 void Graph::launch(const Stream& s) const {
   switch (backend_) {
     case Backend::cpu:
-      for (const CpuNode& node : cpu_nodes_) node();
+      cpu_round(s, [&] {
+        for (const CpuNode& node : cpu_nodes_) node();
+      });
       return;
     case Backend::cuda:
 #if defined(KDAGRAPH_WITH_CUDA)

@@ -10,11 +10,7 @@ thread_local bool t_capturing = false;
 thread_local CpuCapture t_capture;
 }  // namespace
 
-void cpu_submit(CpuNode node, bool kernel) {
-  if (!t_capturing) {
-    node();
-    return;
-  }
+void cpu_record(CpuNode node, bool kernel) {
   t_capture.nodes.push_back(std::move(node));
   t_capture.kernel_nodes += kernel ? 1 : 0;
 }

@@ -5,15 +5,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace kdagraph::detail {
 
 using CpuNode = std::function<void()>;
-
-// Runs `node` now, or records it when this thread is capturing. `kernel`: an operation of kernels/ (a
-// kernel node on CUDA), not a copy or host work.
-void cpu_submit(CpuNode node, bool kernel = false);
 
 // What a capture recorded: its nodes in order, and how many of them are kernels.
 struct CpuCapture {
@@ -25,5 +22,15 @@ struct CpuCapture {
 void cpu_capture_begin();
 CpuCapture cpu_capture_end();
 bool cpu_capture_active();
+// `kernel`: an operation of kernels/ (a kernel node on CUDA), not a copy or host work.
+void cpu_record(CpuNode node, bool kernel);
+
+// Runs `node` now, or records it when this thread is capturing. Run now, it is never wrapped in a
+// CpuNode: an eager round allocates nothing for it.
+template <class F>
+void cpu_submit(F&& node, bool kernel = false) {
+  if (cpu_capture_active()) cpu_record(CpuNode(std::forward<F>(node)), kernel);
+  else node();
+}
 
 }  // namespace kdagraph::detail

@@ -8,11 +8,28 @@
 
 namespace kdagraph::detail {
 
+namespace {
+thread_local int t_cpu_round_depth = 0;
+}  // namespace
+
+void complete_cpu_kernels() {
+#if defined(KDAGRAPH_SIMT)
+  complete_simt_kernels();
+#endif
+}
+
+bool in_cpu_round() { return t_cpu_round_depth > 0; }
+CpuRoundDepth::CpuRoundDepth() { ++t_cpu_round_depth; }
+CpuRoundDepth::~CpuRoundDepth() { --t_cpu_round_depth; }
+
 void enqueue_copy(const Stream& s, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   switch (s.backend) {
     case Backend::cpu:
-      cpu_submit([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+      cpu_submit([dst, src, bytes] {
+        complete_cpu_kernels();
+        std::memcpy(dst, src, bytes);
+      });
       return;
     case Backend::cuda:
 #if defined(KDAGRAPH_WITH_CUDA)
@@ -28,7 +45,10 @@ void enqueue_fill(const Stream& s, void* dst, int value, size_t bytes) {
   if (bytes == 0) return;
   switch (s.backend) {
     case Backend::cpu:
-      cpu_submit([dst, value, bytes] { std::memset(dst, value, bytes); });
+      cpu_submit([dst, value, bytes] {
+        complete_cpu_kernels();
+        std::memset(dst, value, bytes);
+      });
       return;
     case Backend::cuda:
 #if defined(KDAGRAPH_WITH_CUDA)
@@ -95,6 +115,7 @@ void Uploader::upload(const Stream& s, void* dst, const void* src, size_t bytes)
   switch (s.backend) {
     case Backend::cpu:
       cpu_submit([dst, data = std::string(static_cast<const char*>(src), bytes)] {
+        complete_cpu_kernels();
         std::memcpy(dst, data.data(), data.size());
       });
       return;

@@ -13,25 +13,64 @@
 #include "kdagraph/error.hpp"
 #include "kdagraph/types.hpp"
 #include "kernels/cuda_check.h"
+#include "kernels/launch.h"
 
 namespace kdagraph::detail {
 
-// Enqueues operation Op with parameters `p` on `s`. Stream-ordered; allocates nothing on the device.
+// [TAG_PDL] On the CPU backend every operation has run when it returns. In the SIMT test build
+// (tests/simt/) the CPU backend runs the CUDA kernels on the executor, which models programmatic
+// dependent launch (SPEC §5) by holding a kernel at its grid_dependency_wait until the next kernel has run
+// up to its own. There an operation completes its kernels before it returns, except inside cpu_round:
+// the enqueues of one round (an eager round, a CPU graph's replay) overlap as a GPU may run them, and
+// have completed when cpu_round returns. Copies, fills and host work complete them before they run.
+// Elsewhere nothing is ever held, and these are plain calls.
+void complete_cpu_kernels();
+bool in_cpu_round();
+// Counts the open cpu_round scopes of this thread.
+class CpuRoundDepth {
+ public:
+  CpuRoundDepth();
+  ~CpuRoundDepth();
+  CpuRoundDepth(const CpuRoundDepth&) = delete;
+  CpuRoundDepth& operator=(const CpuRoundDepth&) = delete;
+};
+
+// Runs `enqueue_round`, the enqueues of one round on `s`, as one stretch of work (above).
+template <class F>
+void cpu_round(const Stream& s, F&& enqueue_round) {
+  if (s.backend != Backend::cpu) return enqueue_round();
+  {
+    const CpuRoundDepth depth;
+    enqueue_round();
+  }
+  if (!in_cpu_round()) complete_cpu_kernels();
+}
+
+// Enqueues operation Op with parameters `p` on `s`; with `pdl` its kernel may start while the kernel
+// before it on the stream still runs (SPEC §5, RoundSpec::pdl). Stream-ordered; allocates nothing on
+// the device.
 template <class Op>
-void enqueue(const Stream& s, const typename Op::Params& p) {
+void enqueue(const Stream& s, const typename Op::Params& p, bool pdl) {
   switch (s.backend) {
     case Backend::cpu:
 #if defined(KDAGRAPH_SIMT)
       // The SIMT test build (tests/simt/): the CPU backend runs the CUDA kernel's own source on the
       // executor, so every CPU test of the library exercises the kernels.
-      cpu_submit([p] { check_launch(Op::cuda(p, nullptr), Op::kName, Op::shape(p)); }, true);
+      cpu_submit([p, pdl] {
+        const cudaError_t err = Op::cuda(p, Launch{nullptr, pdl});
+        if (err != cudaSuccess) throw_launch_failure(err, Op::kName, Op::shape(p));
+        if (!in_cpu_round()) complete_cpu_kernels();
+      }, true);
 #else
+      (void)pdl;
       cpu_submit([p] { Op::cpu(p); }, true);
 #endif
       return;
     case Backend::cuda:
 #if defined(KDAGRAPH_WITH_CUDA)
-      check_launch(Op::cuda(p, s.stream), Op::kName, Op::shape(p));
+      // The shape is built only for a failure's message: an eager round allocates nothing.
+      if (const cudaError_t err = Op::cuda(p, Launch{s.stream, pdl}); err != cudaSuccess)
+        throw_launch_failure(err, Op::kName, Op::shape(p));
       return;
 #else
       throw_no_cuda(Op::kName);

@@ -10,6 +10,7 @@
 
 #include "graph/capture.h"
 #include "graph/cpu_capture.h"
+#include "graph/dispatch.h"
 #include "graph/validate.h"
 #include "kernels/memory.h"
 #include "kernels/stream.h"
@@ -52,7 +53,11 @@ int32_t BucketPlan::bucket_for(int32_t n) const {
 void enqueue_host(const Stream& s, std::function<void()> fn) {
   require(s.backend == Backend::cpu, "enqueue_host", "stream.backend",
           "= cuda: enqueue_host is for the CPU backend; enqueue kernels on the CUDA stream instead");
-  detail::cpu_submit(std::move(fn));
+  // Host code may read what the kernels before it wrote (graph/dispatch.h, [TAG_PDL]).
+  detail::cpu_submit([fn = std::move(fn)] {
+    detail::complete_cpu_kernels();
+    fn();
+  });
 }
 
 namespace detail {
@@ -194,7 +199,7 @@ void GraphRunner::run_round(const Stream& s) {
                                    " (strict mode)");
   if (config_.exec == Exec::graph && bucket > 0) {
     require(state_->has(bucket), where, "graphs", "are not captured: call capture first");
-    state_->launch(s, bucket);
+    state_->launch(s, bucket);  // a CPU graph's replay is one cpu_round (graph/capture.cpp)
     return;
   }
   if (config_.exec == Exec::graph && !warned_eager_) {
@@ -204,15 +209,17 @@ void GraphRunner::run_round(const Stream& s) {
   }
   // Eagerly the round needs no padding: it runs the batch's n rows.
   nvtx::Scoped range(nvtx::Range::eager_round, n_);
-  enqueue_body(s, n_, sampler_in_round());
+  detail::cpu_round(s, [&] { enqueue_body(s, n_, sampler_in_round()); });
 }
 
 void GraphRunner::accept(const Stream& s, const int32_t* accepted) {
   require(!sampler_in_round(), "GraphRunner::accept", "sampler",
           "is captured in the round already; accept runs inside it");
   const int32_t r = rows();
-  verifier_.enqueue_accept(s, accepted, r);
-  if (mode_policy(verifier_.config().mode).commit) verifier_.enqueue_commit(s, r);
+  detail::cpu_round(s, [&] {
+    verifier_.enqueue_accept(s, accepted, r);
+    if (mode_policy(verifier_.config().mode).commit) verifier_.enqueue_commit(s, r);
+  });
 }
 
 const BucketPlan& GraphRunner::plan() const { return plan_; }

@@ -140,7 +140,7 @@ struct HostEngine::Impl {
     p.g = g.data();
     p.beta = beta.data();
     p.x = x.data();  // null without a conv
-    detail::enqueue<SyntheticInputsOp>(s, p);
+    detail::enqueue<SyntheticInputsOp>(s, p, verifier.spec().pdl);
   }
 
   LayerInputs layer_inputs(int32_t layer) const {
@@ -170,7 +170,7 @@ struct HostEngine::Impl {
     p.tokens = cfg.verifier.tokens;
     p.accept_rate = float(cfg.accept_rate);
     p.accepted = accepted.as<int32_t>();
-    detail::enqueue<SyntheticSamplerOp>(s, p);
+    detail::enqueue<SyntheticSamplerOp>(s, p, verifier.spec().pdl);
     return accepted.as<int32_t>();
   }
 
@@ -191,7 +191,7 @@ struct HostEngine::Impl {
       const Request r{next_request++, free_slots.back(), 0};
       free_slots.pop_back();
       p.request = uint32_t(r.id);
-      detail::enqueue<SyntheticStateOp>(s, p);
+      detail::enqueue<SyntheticStateOp>(s, p, /*pdl=*/false);  // a join, between rounds
       verifier.enqueue_prefill(s, r.slot, join_state.data(), join_window.data());  // ordered before the next reuse
       live.push_back(r);
     }

@@ -3,6 +3,7 @@
 #include "kdagraph/ops.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "graph/dispatch.h"
@@ -251,7 +252,7 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
   nvtx::Scoped range(nvtx::Range::index_build, batch.rows);
   IndexBuildParams p = index_params(spec, storage, batch);
   p.out = idx;
-  detail::enqueue<BuildIndicesOp>(s, p);
+  detail::enqueue<BuildIndicesOp>(s, p, spec.pdl);
 }
 
 void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -262,7 +263,7 @@ void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& sto
   detail::validate_layer_inputs(where, in, spec);
   if (batch != nullptr) detail::validate_batch_view(where, *batch);
   nvtx::Scoped range(nvtx::Range::layer, layer);
-  detail::enqueue<VerifyOp>(s, round_verify_params(spec, storage, idx, rows, layer, in, batch));
+  detail::enqueue<VerifyOp>(s, round_verify_params(spec, storage, idx, rows, layer, in, batch), spec.pdl);
 }
 
 void conv_verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -283,7 +284,7 @@ void conv_verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage
   rest.q = rest.k = rest.v = nullptr;
   VerifyParams p = round_verify_params(spec, storage, idx, rows, layer, rest, batch);
   p.conv = round_conv_params(spec, storage, idx, rows, layer, x_only);
-  detail::enqueue<VerifyOp>(s, p);
+  detail::enqueue<VerifyOp>(s, p, spec.pdl);
 }
 
 void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& seeds, const StateView& states,
@@ -298,8 +299,9 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
           "must set exactly one of seed_row (a row of seeds) and seed_token (a token's row of states)");
   if (idx.seed_row != nullptr) {
     detail::validate_state_view(where, "seeds", seeds, spec, 1, s.backend);
-    require(seeds.dtype == states.dtype, where, "seeds.dtype",
-            std::string("= ") + to_string(seeds.dtype) + " differs from states.dtype = " + to_string(states.dtype));
+    require(seeds.dtype == states.dtype, where, "seeds.dtype", [&] {
+      return std::string("= ") + to_string(seeds.dtype) + " differs from states.dtype = " + to_string(states.dtype);
+    });
     detail::require_buffer(where, "idx.seed_row", idx.seed_row, alignof(int32_t));
   } else {
     detail::require_buffer(where, "idx.seed_token", idx.seed_token, alignof(int32_t));
@@ -320,7 +322,7 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
   p.pool = idx.seed_row != nullptr ? seeds : states;
   p.scratch = states;
   p.layer = layer;
-  p.writes_scratch = true;
+  p.writes_scratch = idx.write_states;
   p.seed_pool = idx.seed_row;
   p.seed_token = idx.seed_token;
   p.write_row = idx.write_row;
@@ -333,7 +335,7 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
   p.A_log = in.A_log;
   p.dt_bias = in.dt_bias;
   p.errors = errors;
-  detail::enqueue<VerifyOp>(s, p);
+  detail::enqueue<VerifyOp>(s, p, spec.pdl);
 }
 
 void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, const int32_t* accept_len,
@@ -344,9 +346,10 @@ void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, con
   require_in_range(where, "pool_slots", pool_slots, 1, INT32_MAX);
   require_in_range(where, "scratch_steps", scratch_steps, 1, 1 << 16);
   require_in_range(where, "tokens", tokens, 1, scratch_steps);
-  require(int64_t(pool_slots) * scratch_steps <= INT32_MAX, where, "scratch_steps",
-          "= " + std::to_string(scratch_steps) + " with pool_slots = " + std::to_string(pool_slots) +
-              " makes scratch rows past the int32 range");
+  require(int64_t(pool_slots) * scratch_steps <= INT32_MAX, where, "scratch_steps", [&] {
+    return "= " + std::to_string(scratch_steps) + " with pool_slots = " + std::to_string(pool_slots) +
+           " makes scratch rows past the int32 range";
+  });
   detail::require_buffer(where, "slots", slots, alignof(int32_t));
   detail::require_buffer(where, "accept_len", accept_len, alignof(int32_t));
   detail::require_buffer(where, "write_row", write_row, alignof(int32_t));
@@ -363,7 +366,7 @@ void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, con
   p.write_row = write_row;
   p.accepted = accepted;
   p.errors = errors;
-  detail::enqueue<BuildSlotIndicesOp>(s, p);
+  detail::enqueue<BuildSlotIndicesOp>(s, p, /*pdl=*/false);
 }
 
 void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -374,7 +377,7 @@ void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& stora
   detail::validate_layer_index(where, layer, spec.model.layers);
   detail::validate_conv_inputs(where, in, spec.conv.channels, spec.io_dtype);
   nvtx::Scoped range(nvtx::Range::conv, layer);
-  detail::enqueue<ConvOp>(s, round_conv_params(spec, storage, idx, rows, layer, in));
+  detail::enqueue<ConvOp>(s, round_conv_params(spec, storage, idx, rows, layer, in), spec.pdl);
 }
 
 void short_conv(const Stream& s, const ShortConvCall& c) {
@@ -391,13 +394,17 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   in.bias = c.bias;
   in.out[0] = ConvOutputSegment{c.conv.channels, c.y};
   detail::validate_conv_inputs(where, in, c.conv.channels, c.io_dtype);
-  // One layer's view, validated like a round's: a spec of one layer that no conv shape constrains.
+  // One layer's view, validated like a round's (a spec of one layer that no conv shape constrains) but
+  // with rows that start at any element: SPEC §11 takes any C, where a round's views keep 16 bytes.
   RoundSpec one_layer;
   one_layer.model.layers = 1;
+  const int32_t row_align = int32_t(dtype_size(c.io_dtype));
   detail::validate_view(where, "conv_state", c.conv_state, one_layer, 1,
-                        int64_t(conv_state_columns(ConvLayout::in_place, c.conv.width, c.scratch_steps)) * c.conv.channels, s.backend);
-  require(c.conv_state.dtype == c.io_dtype, where, "conv_state.dtype",
-          std::string("= ") + to_string(c.conv_state.dtype) + " differs from io_dtype = " + to_string(c.io_dtype));
+                        int64_t(conv_state_columns(ConvLayout::in_place, c.conv.width, c.scratch_steps)) * c.conv.channels,
+                        s.backend, row_align);
+  require(c.conv_state.dtype == c.io_dtype, where, "conv_state.dtype", [&] {
+    return std::string("= ") + to_string(c.conv_state.dtype) + " differs from io_dtype = " + to_string(c.io_dtype);
+  });
   detail::require_buffer(where, "state_indices", c.state_indices, alignof(int32_t));
   detail::require_buffer(where, "num_accepted", c.num_accepted, alignof(int32_t));
   if (c.errors != nullptr) detail::require_buffer(where, "errors", c.errors, alignof(DeviceErrorWord));
@@ -407,10 +414,11 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   p.slots = int32_t(std::min<int64_t>(c.conv_state.rows, INT32_MAX));
   p.scratch_steps = c.scratch_steps;
   p.layout = ConvLayout::in_place;
+  p.state_row_align = row_align;
   p.row_slot = c.state_indices;
   p.row_accept = c.num_accepted;
   p.errors = c.errors;
-  detail::enqueue<ConvOp>(s, p);
+  detail::enqueue<ConvOp>(s, p, /*pdl=*/false);
 }
 
 void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -432,7 +440,7 @@ void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
     p.round_parity = storage.round_parity;
   }
   p.errors = storage.errors;
-  detail::enqueue<AcceptOp>(s, p);
+  detail::enqueue<AcceptOp>(s, p, spec.pdl);
 }
 
 void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -440,11 +448,11 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
   const char* where = "ops::commit";
   validate_round(where, s, spec, storage, idx, rows);
   require(mode_policy(spec.mode).commit, where, "spec.mode",
-          std::string("= ") + to_string(spec.mode) + ": this mode has no commit (two-phase has)");
+          [&] { return std::string("= ") + to_string(spec.mode) + ": this mode has no commit (two-phase has)"; });
   nvtx::Scoped range(nvtx::Range::commit, rows);
-  detail::enqueue<CopyAcceptedStatesOp>(s, copy_params(spec, storage, rows, idx.row_slot, idx.row_accept));
+  detail::enqueue<CopyAcceptedStatesOp>(s, copy_params(spec, storage, rows, idx.row_slot, idx.row_accept), spec.pdl);
   if (spec.conv.width > 0)
-    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, rows, idx.row_slot, idx.row_accept, true));
+    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, rows, idx.row_slot, idx.row_accept, true), spec.pdl);
 }
 
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
@@ -460,9 +468,11 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
   if (replay && gate_in_kernel) {
     require(gates != nullptr, where, "gates", "is null: a replay with the gate in the kernel needs each layer's A_log and dt_bias");
     for (int32_t l = 0; l < spec.model.layers; ++l) {
-      const std::string arg = "gates[" + std::to_string(l) + "]";
-      detail::require_buffer(where, (arg + ".A_log").c_str(), gates[l].A_log, alignof(float));
-      detail::require_buffer(where, (arg + ".dt_bias").c_str(), gates[l].dt_bias, alignof(float));
+      char arg[2][48];  // the layer's argument names, with no allocation
+      std::snprintf(arg[0], sizeof arg[0], "gates[%d].A_log", int(l));
+      std::snprintf(arg[1], sizeof arg[1], "gates[%d].dt_bias", int(l));
+      detail::require_buffer(where, arg[0], gates[l].A_log, alignof(float));
+      detail::require_buffer(where, arg[1], gates[l].dt_bias, alignof(float));
     }
   }
   nvtx::Scoped range(nvtx::Range::materialize, count);
@@ -481,16 +491,16 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
         v.A_log = gates[l].A_log;
         v.dt_bias = gates[l].dt_bias;
       }
-      detail::enqueue<VerifyOp>(s, v);
+      detail::enqueue<VerifyOp>(s, v, spec.pdl);
     }
   } else {
-    detail::enqueue<CopyAcceptedStatesOp>(s, p);
+    detail::enqueue<CopyAcceptedStatesOp>(s, p, spec.pdl);
   }
   // The conv window moves to column 0 while accept_len still names where it is. Two-phase keeps it
   // there already.
   if (spec.conv.width > 0 && mode_policy(spec.mode).conv_offset_window)
-    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, count, slots, nullptr, false));
-  detail::enqueue<ResetAcceptLenOp>(s, p);
+    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, count, slots, nullptr, false), spec.pdl);
+  detail::enqueue<ResetAcceptLenOp>(s, p, spec.pdl);
 }
 
 }  // namespace ops

@@ -1,6 +1,7 @@
 #include "graph/validate.h"
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,15 +49,16 @@ void validate_conv(const char* where, const ConvShape& conv) {
   require_in_range(where, "conv.width", conv.width, kMinConvWidth, kMaxConvWidth);
   require_in_range(where, "conv.channels", conv.channels, 1, INT32_MAX);
   require(conv.activation == ConvActivation::silu || conv.activation == ConvActivation::none, where,
-          "conv.activation", "= " + std::to_string(int(conv.activation)) + " is not a ConvActivation");
+          "conv.activation", [&] { return "= " + std::to_string(int(conv.activation)) + " is not a ConvActivation"; });
 }
 
 void validate_conv_shape(const char* where, const ConvShape& conv, const ModelShape& m) {
   if (conv.width == 0) return;
   validate_conv(where, conv);
-  require(conv.channels == conv_channels(m), where, "conv.channels",
-          "= " + std::to_string(conv.channels) + " disagrees with the layer shape 2 * H * K + HV * V = " +
-              std::to_string(conv_channels(m)));
+  require(conv.channels == conv_channels(m), where, "conv.channels", [&] {
+    return "= " + std::to_string(conv.channels) + " disagrees with the layer shape 2 * H * K + HV * V = " +
+           std::to_string(conv_channels(m));
+  });
 }
 
 void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
@@ -65,24 +67,26 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   require_in_range(where, "model.layers", m.layers, 1, kMaxDim);
   require_in_range(where, "model.heads", m.heads, 1, kMaxDim);
   require_in_range(where, "model.value_heads", m.value_heads, 1, kMaxDim);
-  require(m.value_heads % m.heads == 0, where, "model.value_heads",
-          "= " + std::to_string(m.value_heads) + " is not a multiple of model.heads = " + std::to_string(m.heads));
+  require(m.value_heads % m.heads == 0, where, "model.value_heads", [&] {
+    return "= " + std::to_string(m.value_heads) + " is not a multiple of model.heads = " + std::to_string(m.heads);
+  });
   require_in_range(where, "model.head_k", m.head_k, 1, 1024);
   require_in_range(where, "model.head_v", m.head_v, 1, 1024);
   require_in_range(where, "tokens", spec.tokens, 1, 1024);
   require(is_dtype(spec.io_dtype), where, "io_dtype", "is not f32 or bf16");
-  require(is_mode(spec.mode), where, "mode", "= " + std::to_string(int(spec.mode)) + " is not a Mode");
+  require(is_mode(spec.mode), where, "mode", [&] { return "= " + std::to_string(int(spec.mode)) + " is not a Mode"; });
   validate_conv_shape(where, spec.conv, m);
   if (spec.options.gate == GateMode::lower_bound)
     require(spec.options.gate_lower_bound < 0.0f, where, "options.gate_lower_bound",
-            "= " + std::to_string(spec.options.gate_lower_bound) + " must be negative");
+            [&] { return "= " + std::to_string(spec.options.gate_lower_bound) + " must be negative"; });
   switch (backend) {
     case Backend::cpu: return;
     case Backend::cuda:
 #if defined(KDAGRAPH_WITH_CUDA)
-      require(verify_cuda_supports(m.head_k, m.head_v), where, "model.head_k",
-              "= " + std::to_string(m.head_k) + " with head_v = " + std::to_string(m.head_v) +
-                  " is not supported by the CUDA verify (supported: K = V = 64 or 128)");
+      require(verify_cuda_supports(m.head_k, m.head_v), where, "model.head_k", [&] {
+        return "= " + std::to_string(m.head_k) + " with head_v = " + std::to_string(m.head_v) +
+               " is not supported by the CUDA verify (supported: K = V = 64 or 128)";
+      });
 #else
       require(false, where, "backend", "= cuda, but kdagraph was built without CUDA");
 #endif
@@ -91,35 +95,61 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   require(false, where, "stream.backend", "is not cpu or cuda");
 }
 
-void validate_view(const char* where, const std::string& name, const StateView& v, const RoundSpec& spec,
-                   int64_t min_rows, int64_t row_elems, Backend backend) {
-  const std::string arg = name + ".";
-  auto field = [&](const char* f) { return arg + f; };
-  require(is_dtype(v.dtype), where, field("dtype").c_str(), "is not f32 or bf16");
-  require_in_range(where, field("layers").c_str(), v.layers, spec.model.layers, spec.model.layers);
-  require_in_range(where, field("rows").c_str(), v.rows, min_rows, int64_t(1) << 40);
-  require_in_range(where, field("row_stride").c_str(), v.row_stride, row_elems, int64_t(1) << 40);
+namespace {
+
+// Checks of one field of a view, whose argument name ("name.field") is built only for a failure's
+// message: the views are checked on every operation of a round.
+struct ViewField {
+  const char* where;
+  const char* name;
+  const char* field;
+  std::string argument() const { return std::string(name) + "." + field; }
+  void in_range(int64_t value, int64_t lo, int64_t hi) const {
+    if (value < lo || value > hi) throw_out_of_range(where, argument().c_str(), value, lo, hi);
+  }
+  template <class Message>
+  void require(bool ok, Message&& what) const {
+    if (!ok) throw_invalid(where, argument().c_str(), what());
+  }
+  void buffer(const void* p, uintptr_t alignment) const {
+    if (p == nullptr || reinterpret_cast<uintptr_t>(p) % alignment != 0) require_buffer(where, argument().c_str(), p, alignment);
+  }
+};
+
+}  // namespace
+
+void validate_view(const char* where, const char* name, const StateView& v, const RoundSpec& spec,
+                   int64_t min_rows, int64_t row_elems, Backend backend, int64_t row_align_bytes) {
+  auto field = [&](const char* f) { return ViewField{where, name, f}; };
+  field("dtype").require(is_dtype(v.dtype), [] { return "is not f32 or bf16"; });
+  field("layers").in_range(v.layers, spec.model.layers, spec.model.layers);
+  field("rows").in_range(v.rows, min_rows, int64_t(1) << 40);
+  field("row_stride").in_range(v.row_stride, row_elems, int64_t(1) << 40);
   const int64_t es = int64_t(dtype_size(v.dtype));
-  require(v.row_stride * es % 16 == 0, where, field("row_stride").c_str(),
-          "= " + std::to_string(v.row_stride) + " elements (" + std::to_string(v.row_stride * es) +
-              " bytes) is not a multiple of 16 bytes");
-  require((v.base == nullptr) != (v.layer_table == nullptr), where, name.c_str(),
+  field("row_stride").require(v.row_stride * es % row_align_bytes == 0, [&] {
+    return "= " + std::to_string(v.row_stride) + " elements (" + std::to_string(v.row_stride * es) +
+           " bytes) is not a multiple of " + std::to_string(row_align_bytes) + " bytes";
+  });
+  require((v.base == nullptr) != (v.layer_table == nullptr), where, name,
           "must set exactly one of base (one allocation) and layer_table (per-layer bases)");
   if (v.base != nullptr) {
-    require_buffer(where, field("base").c_str(), v.base, 16);
+    field("base").buffer(v.base, uintptr_t(row_align_bytes));
     if (v.layers > 1) {
-      require_in_range(where, field("layer_stride").c_str(), v.layer_stride, v.rows * v.row_stride, int64_t(1) << 50);
-      require(v.layer_stride * es % 16 == 0, where, field("layer_stride").c_str(),
-              "= " + std::to_string(v.layer_stride) + " elements (" + std::to_string(v.layer_stride * es) +
-                  " bytes) is not a multiple of 16 bytes: every layer's rows must start 16-byte aligned");
+      field("layer_stride").in_range(v.layer_stride, v.rows * v.row_stride, int64_t(1) << 50);
+      field("layer_stride").require(v.layer_stride * es % row_align_bytes == 0, [&] {
+        return "= " + std::to_string(v.layer_stride) + " elements (" + std::to_string(v.layer_stride * es) +
+               " bytes) is not a multiple of " + std::to_string(row_align_bytes) +
+               " bytes: every layer's rows must start on such a boundary";
+      });
     }
     return;
   }
-  require_buffer(where, field("layer_table").c_str(), v.layer_table, alignof(void*));
+  field("layer_table").buffer(v.layer_table, alignof(void*));
   // A table in host memory is checked here; one in device memory by the kernels (layer_base_invalid).
   if (backend == Backend::cpu)
     for (int32_t l = 0; l < v.layers; ++l)
-      require_buffer(where, (field("layer_table[") + std::to_string(l) + "]").c_str(), v.layer_table[l], 16);
+      if (v.layer_table[l] == nullptr || reinterpret_cast<uintptr_t>(v.layer_table[l]) % 16 != 0)
+        require_buffer(where, (std::string(name) + ".layer_table[" + std::to_string(l) + "]").c_str(), v.layer_table[l], 16);
 }
 
 namespace {
@@ -136,13 +166,15 @@ void validate_conv_storage(const char* where, const RoundSpec& spec, const SlotS
   }
   validate_view(where, "storage.conv_state", st.conv_state, spec, st.slots, conv_state_row_elems(spec, st.scratch_steps),
                 backend);
-  require(st.conv_state.dtype == spec.io_dtype, where, "storage.conv_state.dtype",
-          std::string("= ") + to_string(st.conv_state.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype));
+  require(st.conv_state.dtype == spec.io_dtype, where, "storage.conv_state.dtype", [&] {
+    return std::string("= ") + to_string(st.conv_state.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype);
+  });
   if (offset_window) return;
   validate_view(where, "storage.conv_scratch", st.conv_scratch, spec, int64_t(st.slots) * st.scratch_steps,
                 conv_scratch_row_elems(spec), backend);
-  require(st.conv_scratch.dtype == spec.io_dtype, where, "storage.conv_scratch.dtype",
-          std::string("= ") + to_string(st.conv_scratch.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype));
+  require(st.conv_scratch.dtype == spec.io_dtype, where, "storage.conv_scratch.dtype", [&] {
+    return std::string("= ") + to_string(st.conv_scratch.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype);
+  });
 }
 
 }  // namespace
@@ -162,16 +194,18 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
   if (policy.token_cache) {
     validate_view(where, "storage.token_cache", st.token_cache, spec, 2 * int64_t(st.slots),
                   token_cache_row_elems(spec), backend);
-    require(st.token_cache.dtype == spec.io_dtype, where, "storage.token_cache.dtype",
-            std::string("= ") + to_string(st.token_cache.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype));
+    require(st.token_cache.dtype == spec.io_dtype, where, "storage.token_cache.dtype", [&] {
+      return std::string("= ") + to_string(st.token_cache.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype);
+    });
   }
   if (needs_round_parity(spec)) require_buffer(where, "storage.round_parity", st.round_parity, alignof(int32_t));
   if (policy.per_token_scratch) {
     validate_view(where, "storage.scratch", st.scratch, spec, int64_t(st.slots) * st.scratch_steps, state_elems,
                   backend);
-    require(st.scratch.dtype == st.pool.dtype, where, "storage.scratch.dtype",
-            std::string("= ") + to_string(st.scratch.dtype) + " differs from storage.pool.dtype = " +
-                to_string(st.pool.dtype));
+    require(st.scratch.dtype == st.pool.dtype, where, "storage.scratch.dtype", [&] {
+      return std::string("= ") + to_string(st.scratch.dtype) + " differs from storage.pool.dtype = " +
+             to_string(st.pool.dtype);
+    });
   }
   validate_conv_storage(where, spec, st, backend);
   require_buffer(where, "storage.accept_len", st.accept_len, alignof(int32_t));
@@ -262,25 +296,28 @@ void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t 
   require_buffer(where, "weight", in.weight, alignof(float));
   if (in.bias != nullptr) require_buffer(where, "bias", in.bias, alignof(float));
   if (fused) return;
+  // The segments' argument names, written out: the conv's inputs are checked every round.
+  static constexpr const char* kChannels[] = {"out[0].channels", "out[1].channels", "out[2].channels"};
+  static constexpr const char* kY[] = {"out[0].y", "out[1].y", "out[2].y"};
+  static_assert(std::size(kChannels) == kMaxConvSegments && std::size(kY) == kMaxConvSegments);
   int64_t covered = 0;
   bool ended = false;  // segments in use come first
   for (int s = 0; s < kMaxConvSegments; ++s) {
-    const std::string arg = "out[" + std::to_string(s) + "]";
     const ConvOutputSegment& seg = in.out[s];
-    require_in_range(where, (arg + ".channels").c_str(), seg.channels, ended ? 0 : int64_t(s == 0),
-                     ended ? 0 : channels - covered);
+    require_in_range(where, kChannels[s], seg.channels, ended ? 0 : int64_t(s == 0), ended ? 0 : channels - covered);
     ended = ended || seg.channels == 0;
-    if (seg.channels > 0) require_buffer(where, (arg + ".y").c_str(), seg.y, es);
+    if (seg.channels > 0) require_buffer(where, kY[s], seg.y, es);
     covered += seg.channels;
   }
-  require(covered == channels, where, "out", "segments cover " + std::to_string(covered) + " channels, not C = " +
-                                                 std::to_string(channels));
+  require(covered == channels, where, "out", [&] {
+    return "segments cover " + std::to_string(covered) + " channels, not C = " + std::to_string(channels);
+  });
 }
 
 void validate_stream(const char* where, const Stream& s, Backend backend) {
-  require(s.backend == backend, where, "stream.backend",
-          std::string("= ") + to_string(s.backend) + " does not match the verifier's backend " +
-              to_string(backend));
+  require(s.backend == backend, where, "stream.backend", [&] {
+    return std::string("= ") + to_string(s.backend) + " does not match the verifier's backend " + to_string(backend);
+  });
 }
 
 }  // namespace detail

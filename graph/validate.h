@@ -20,9 +20,11 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
 void validate_state_view(const char* where, const char* name, const StateView& view, const RoundSpec& spec,
                          int64_t min_rows, Backend backend);
 // One view `name`: dtype, spec.model.layers layers, at least `min_rows` rows of at least `row_elems`
-// elements, 16-byte rows and base, exactly one of base and layer table.
-void validate_view(const char* where, const std::string& name, const StateView& v, const RoundSpec& spec,
-                   int64_t min_rows, int64_t row_elems, Backend backend);
+// elements, exactly one of base and layer table. Rows, layers and the base start at multiples of
+// `row_align_bytes`: 16 for every view of a round (SPEC §10), one element for short_conv's conv state
+// (SPEC §11: any channel count). A table's entries are 16-byte aligned whatever the rows (layer_base).
+void validate_view(const char* where, const char* name, const StateView& v, const RoundSpec& spec,
+                   int64_t min_rows, int64_t row_elems, Backend backend, int64_t row_align_bytes = 16);
 // Index arrays present, T matching the spec, and `rows` in [1, capacity].
 void validate_indices(const char* where, const RoundSpec& spec, const RoundIndices& idx, int32_t rows);
 void validate_batch_view(const char* where, const BatchView& batch);

@@ -27,6 +27,7 @@ RoundSpec round_spec(const VerifierConfig& c) {
   spec.options = c.options;
   spec.mode = c.mode;
   spec.conv = c.conv;
+  spec.pdl = c.pdl;
   return spec;
 }
 
@@ -339,15 +340,17 @@ void Verifier::enqueue_round(const Stream& s, const ConvLayerInputs* convs, cons
     detail::validate_layer_inputs(where, layers[l], spec, !fused);
     if (convs != nullptr) detail::validate_conv_inputs(where, convs[l], spec.conv.channels, spec.io_dtype, fused);
   }
-  enqueue_indices(s, rows);
-  for (int32_t l = 0; l < spec.model.layers; ++l) {
-    if (fused) {
-      enqueue_conv_verify(s, l, convs[l], layers[l], rows);
-      continue;
+  detail::cpu_round(s, [&] {
+    enqueue_indices(s, rows);
+    for (int32_t l = 0; l < spec.model.layers; ++l) {
+      if (fused) {
+        enqueue_conv_verify(s, l, convs[l], layers[l], rows);
+        continue;
+      }
+      if (convs != nullptr) enqueue_conv(s, l, convs[l], rows);
+      enqueue_verify(s, l, layers[l], rows);
     }
-    if (convs != nullptr) enqueue_conv(s, l, convs[l], rows);
-    enqueue_verify(s, l, layers[l], rows);
-  }
+  });
 }
 
 void Verifier::enqueue_accept(const Stream& s, const int32_t* accepted, int32_t rows) {
@@ -364,8 +367,8 @@ void Verifier::enqueue_accept_from_host(const Stream& s, const int32_t* accepted
   const char* where = "Verifier::enqueue_accept_from_host";
   detail::validate_stream(where, s, m.cfg.backend);
   require(m.n > 0, where, "batch", "is not set: call set_batch first");
-  require(n == m.n, where, "n", "= " + std::to_string(n) + " differs from the batch size " +
-                                    std::to_string(m.n) + " of set_batch");
+  require(n == m.n, where, "n",
+          [&] { return "= " + std::to_string(n) + " differs from the batch size " + std::to_string(m.n) + " of set_batch"; });
   detail::validate_accept_lengths(where, accepted, n, m.cfg.tokens);
   m.require_not_capturing(where, s);
   m.uploader.upload(s, m.accepted, accepted, sizeof(int32_t) * size_t(n));
@@ -377,9 +380,9 @@ void Verifier::enqueue_commit(const Stream& s, int32_t rows) {
   const char* where = "Verifier::enqueue_commit";
   detail::validate_stream(where, s, m.cfg.backend);
   require(mode_policy(m.cfg.mode).commit, where, "mode",
-          std::string("= ") + to_string(m.cfg.mode) + ": commit exists only in two-phase mode");
+          [&] { return std::string("= ") + to_string(m.cfg.mode) + ": commit exists only in two-phase mode"; });
   m.check_rows(where, s, rows);
-  ops::commit(s, m.spec, m.storage, m.idx, rows);
+  detail::cpu_round(s, [&] { ops::commit(s, m.spec, m.storage, m.idx, rows); });
 }
 
 void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_t count) {
@@ -395,7 +398,7 @@ void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_
   // layer has been verified; before that no round has run, so nothing is pending.
   if (mode_policy(m.cfg.mode).token_cache && !m.gates_known) return;
   m.uploader.upload(s, m.materialize_slots, slots, sizeof(int32_t) * size_t(count));
-  ops::materialize(s, m.spec, m.storage, m.materialize_slots, count, m.gates.data());
+  detail::cpu_round(s, [&] { ops::materialize(s, m.spec, m.storage, m.materialize_slots, count, m.gates.data()); });
 }
 
 DeviceErrorWord Verifier::device_errors() const {

@@ -46,8 +46,11 @@ void accept_cpu(const AcceptParams& p);
 
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
+
+#include "kernels/launch.h"
+
 namespace kdagraph {
-cudaError_t launch_accept(const AcceptParams& p, cudaStream_t stream);
+cudaError_t launch_accept(const AcceptParams& p, Launch on);
 }  // namespace kdagraph
 #endif
 
@@ -57,7 +60,7 @@ struct AcceptOp {
   static constexpr const char* kName = "accept";
   static void cpu(const Params& p) { accept_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_accept(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_accept(p, on); }
 #endif
   static std::string shape(const Params& p) { return "rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens); }
 };

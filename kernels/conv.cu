@@ -21,6 +21,8 @@ constexpr int64_t kMaxWindowBlocks = int64_t(1) << 20;
 
 template <int W, class IoT>
 __global__ void __launch_bounds__(kConvThreads) conv_kernel(const ConvParams p, const int32_t chunks) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   const int32_t n = int32_t(blockIdx.x) / chunks;
   const int32_t c = int32_t(blockIdx.x) % chunks * kConvThreads + int32_t(threadIdx.x);
   if (c >= p.channels) return;
@@ -31,6 +33,8 @@ __global__ void __launch_bounds__(kConvThreads) conv_kernel(const ConvParams p, 
 template <class E>
 __global__ void __launch_bounds__(kConvThreads)
     conv_window_kernel(const ConvWindowParams p, const int32_t chunks, const int64_t units) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const int32_t chunk = int32_t(u % chunks);
     const int64_t entry_layer = u / chunks;
@@ -44,15 +48,15 @@ __global__ void __launch_bounds__(kConvThreads)
 
 // The one place the width and dtype become template parameters; `p.width` is checked to be 2 to 4.
 template <class IoT>
-cudaError_t dispatch_width(const ConvParams& p, cudaStream_t stream, int32_t chunks, unsigned blocks) {
-  if (p.width == 2) return launch_kernel(conv_kernel<2, IoT>, blocks, kConvThreads, stream, p, chunks);
-  if (p.width == 3) return launch_kernel(conv_kernel<3, IoT>, blocks, kConvThreads, stream, p, chunks);
-  return launch_kernel(conv_kernel<4, IoT>, blocks, kConvThreads, stream, p, chunks);
+cudaError_t dispatch_width(const ConvParams& p, Launch on, int32_t chunks, unsigned blocks) {
+  if (p.width == 2) return launch_kernel(conv_kernel<2, IoT>, blocks, kConvThreads, on, p, chunks);
+  if (p.width == 3) return launch_kernel(conv_kernel<3, IoT>, blocks, kConvThreads, on, p, chunks);
+  return launch_kernel(conv_kernel<4, IoT>, blocks, kConvThreads, on, p, chunks);
 }
 
 }  // namespace
 
-cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
+cudaError_t launch_conv(const ConvParams& p, Launch on) {
   const char* where = "launch_conv";
   require_in_range(where, "width", p.width, kMinConvWidth, kMaxConvWidth);
   require_in_range(where, "rows", p.rows, 0, INT32_MAX);
@@ -68,13 +72,17 @@ cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
     if (p.out[s].channels > 0) detail::require_buffer(where, "out[].y", p.out[s].y, es);
     covered += p.out[s].channels;
   }
-  require(covered == p.channels, where, "out", "covers " + std::to_string(covered) + " of C = " + std::to_string(p.channels) + " channels");
+  require(covered == p.channels, where, "out", [&] {
+    return "covers " + std::to_string(covered) + " of C = " + std::to_string(p.channels) + " channels";
+  });
   detail::require_buffer(where, "x", p.x, es);
   detail::require_buffer(where, "weight", p.weight, alignof(float));
   if (p.bias != nullptr) detail::require_buffer(where, "bias", p.bias, alignof(float));
   detail::require_buffer(where, "row_slot", p.row_slot, alignof(int32_t));
   const int64_t columns = conv_state_columns(p.layout, p.width, p.scratch_steps);
-  detail::require_state_view(where, "state", p.state, p.io_dtype, columns * p.channels);
+  require(p.state_row_align == 16 || p.state_row_align == int32_t(es), where, "state_row_align",
+          "= " + std::to_string(p.state_row_align) + " is not 16 (a round's views) or one element (short_conv)");
+  detail::require_state_view(where, "state", p.state, p.io_dtype, columns * p.channels, p.state_row_align);
   if (!fixed) {
     detail::require_buffer(where, "row_accept", p.row_accept, alignof(int32_t));
     if (p.layout == ConvLayout::halves) detail::require_buffer(where, "row_parity", p.row_parity, alignof(int32_t));
@@ -84,14 +92,15 @@ cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream) {
   }
   const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
   const int64_t blocks = int64_t(p.rows) * chunks;
-  require(blocks <= int64_t(INT32_MAX), where, "rows",
-          "= " + std::to_string(p.rows) + " with C = " + std::to_string(p.channels) + " needs " +
-              std::to_string(blocks) + " blocks, more than a grid holds");
-  return p.io_dtype == DType::f32 ? dispatch_width<float>(p, stream, chunks, unsigned(blocks))
-                                  : dispatch_width<math::bf16>(p, stream, chunks, unsigned(blocks));
+  require(blocks <= int64_t(INT32_MAX), where, "rows", [&] {
+    return "= " + std::to_string(p.rows) + " with C = " + std::to_string(p.channels) + " needs " +
+           std::to_string(blocks) + " blocks, more than a grid holds";
+  });
+  return p.io_dtype == DType::f32 ? dispatch_width<float>(p, on, chunks, unsigned(blocks))
+                                  : dispatch_width<math::bf16>(p, on, chunks, unsigned(blocks));
 }
 
-cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream) {
+cudaError_t launch_conv_window(const ConvWindowParams& p, Launch on) {
   const char* where = "launch_conv_window";
   require_in_range(where, "count", p.count, 0, INT32_MAX);
   require_in_range(where, "width", p.width, kMinConvWidth, kMaxConvWidth);
@@ -110,8 +119,8 @@ cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream) {
   const int32_t chunks = (p.channels + kConvThreads - 1) / kConvThreads;
   const int64_t units = int64_t(p.count) * p.layers * chunks;
   const unsigned blocks = unsigned(std::min(units, kMaxWindowBlocks));
-  return p.io_dtype == DType::f32 ? launch_kernel(conv_window_kernel<uint32_t>, blocks, kConvThreads, stream, p, chunks, units)
-                                  : launch_kernel(conv_window_kernel<uint16_t>, blocks, kConvThreads, stream, p, chunks, units);
+  return p.io_dtype == DType::f32 ? launch_kernel(conv_window_kernel<uint32_t>, blocks, kConvThreads, on, p, chunks, units)
+                                  : launch_kernel(conv_window_kernel<uint16_t>, blocks, kConvThreads, on, p, chunks, units);
 }
 
 }  // namespace kdagraph

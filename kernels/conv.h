@@ -107,6 +107,9 @@ struct ConvParams {
   int32_t slots = 0;             // rows of the state a batch may name
   int32_t scratch_steps = 0;     // S: the rows' columns (conv_state_columns)
   ConvLayout layout = ConvLayout::halves;
+  // Bytes every state row starts at: 16 for a round's views (SPEC §10); one element for short_conv, which
+  // takes any C (SPEC §11). A unit reads and writes single elements, so either layout runs the same code.
+  int32_t state_row_align = 16;
   const int32_t* row_slot = nullptr;    // [N]
   const int32_t* row_accept = nullptr;  // [N] in_place, halves: the slot's accept length a
   const int32_t* row_parity = nullptr;  // [N] halves: the slot's parity p
@@ -345,11 +348,14 @@ void conv_window_cpu(const ConvWindowParams& p);
 
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
+
+#include "kernels/launch.h"
+
 namespace kdagraph {
-// Enqueue on `stream`; allocate nothing, never synchronize. Throw InvalidArgument, naming the check and
+// Enqueue as `on` says; allocate nothing, never synchronize. Throw InvalidArgument, naming the check and
 // the value, for parameters the kernels are not built for.
-cudaError_t launch_conv(const ConvParams& p, cudaStream_t stream);
-cudaError_t launch_conv_window(const ConvWindowParams& p, cudaStream_t stream);
+cudaError_t launch_conv(const ConvParams& p, Launch on);
+cudaError_t launch_conv_window(const ConvWindowParams& p, Launch on);
 }  // namespace kdagraph
 #endif
 
@@ -359,7 +365,7 @@ struct ConvOp {
   static constexpr const char* kName = "conv";
   static void cpu(const Params& p) { conv_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_conv(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_conv(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return "layer=" + std::to_string(p.layer) + " rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens) +
@@ -371,7 +377,7 @@ struct ConvWindowOp {
   static constexpr const char* kName = "conv_window";
   static void cpu(const Params& p) { conv_window_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_conv_window(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_conv_window(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return std::string(p.from_scratch ? "commit" : "materialize") + " count=" + std::to_string(p.count) +

@@ -1,14 +1,16 @@
 // CPU implementation of the short convolution and its window moves (SPEC §9): the functions of
-// kernels/conv.h over every (row, channel) unit, on both cores.
+// kernels/conv.h over every (row, channel) unit, on cpu_threads() threads, compiled once per instruction
+// set (kernels/cpu_isa.h). Their arithmetic has no sum across lanes, so every set gives the same bits.
 #include "kernels/conv.h"
+#include "kernels/cpu_isa.h"
 
-namespace kdagraph {
+KDAGRAPH_CPU_ISA_BEGIN
 namespace {
 
 template <int W, class IoT>
 void conv_all(const ConvParams& p) {
   const int64_t units = int64_t(p.rows) * p.channels;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads())
   for (int64_t u = 0; u < units; ++u) {
     const int32_t n = int32_t(u / p.channels), c = int32_t(u % p.channels);
     conv_channel<W, IoT>(p, conv_row(p, n, c == 0), n, c);
@@ -28,7 +30,7 @@ void conv_width(const ConvParams& p) {
 template <class E>
 void conv_window_all(const ConvWindowParams& p) {
   const int64_t units = int64_t(p.count) * p.layers;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads())
   for (int64_t u = 0; u < units; ++u) {
     const int32_t layer = int32_t(u / p.count), e = int32_t(u % p.count);
     const ConvWindowMove m = conv_window_move(p, e, layer, layer == 0, true);
@@ -49,4 +51,4 @@ void conv_window_cpu(const ConvWindowParams& p) {
   else conv_window_all<uint16_t>(p);
 }
 
-}  // namespace kdagraph
+KDAGRAPH_CPU_ISA_END

@@ -14,10 +14,9 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
               cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
-void check_launch(cudaError_t err, const char* kernel, const std::string& shape) {
-  if (err != cudaSuccess)
-    throw Error(std::string("launch of ") + kernel + " (" + shape + ") failed: " + cudaGetErrorName(err) +
-                ": " + cudaGetErrorString(err));
+void throw_launch_failure(cudaError_t err, const char* kernel, const std::string& shape) {
+  throw Error(std::string("launch of ") + kernel + " (" + shape + ") failed: " + cudaGetErrorName(err) + ": " +
+              cudaGetErrorString(err));
 }
 
 // Formats straight to stderr: building a std::string could throw, and destructors call this.

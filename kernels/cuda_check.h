@@ -13,9 +13,18 @@ namespace kdagraph::detail {
 #include <string>
 
 namespace kdagraph::detail {
-// For a kernel launcher's result: throws naming the kernel, the shape it was launched for and the error.
-// (The SIMT test build, tests/simt/, has its own: the executor's message in place of the CUDA error.)
-void check_launch(cudaError_t err, const char* kernel, const std::string& shape);
+// A kernel launcher's failure `err`: throws naming the kernel, the shape it was launched for and the
+// error. Called only on failure, so the shape is built only then. (The SIMT test build, tests/simt/, has
+// its own: the executor's message in place of the CUDA error.)
+[[noreturn]] void throw_launch_failure(cudaError_t err, const char* kernel, const std::string& shape);
+}  // namespace kdagraph::detail
+#endif
+
+#if defined(KDAGRAPH_SIMT)
+namespace kdagraph::detail {
+// Completes the kernel the SIMT executor holds for programmatic dependent launch, if any; throws naming
+// what failed (tests/simt/check_launch.cpp; graph/dispatch.h says when).
+void complete_simt_kernels();
 }  // namespace kdagraph::detail
 #endif
 

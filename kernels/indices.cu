@@ -1,42 +1,41 @@
-// SPEC §4 on the device: the same BuildIndices and BuildSlotIndices functors as indices_cpu.cpp, applied
-// with Thrust's CUDA policy; par_nosync: no allocation, no synchronization, capture-safe.
-//
-// The project's default Thrust device system is the host (CPP), so that g++ sources compile; this is the
-// CUDA translation unit, so its device system is CUDA, set before any Thrust header.
-#undef THRUST_DEVICE_SYSTEM
-#define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CUDA
-#include <thrust/execution_policy.h>
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/system/cuda/error.h>
-#include <thrust/system_error.h>
+// SPEC §4 on the device: the same BuildIndices and BuildSlotIndices functors as indices_cpu.cpp, one
+// thread per row. A plain kernel rather than Thrust's for_each_n, so that it launches through the launch
+// seam as every kernel of the round does (programmatic dependent launch, [TAG_PDL]).
+#include <cuda_runtime.h>
 
 #include "kernels/indices.h"
+#include "kernels/launch.cuh"
 
 namespace kdagraph {
-
 namespace {
 
-// Thrust reports a failed launch by throwing; callers of these launchers expect the CUDA error.
-template <class F>
-cudaError_t for_each_row(F f, int32_t rows, cudaStream_t stream) {
-  try {
-    thrust::for_each_n(thrust::cuda::par_nosync.on(stream), thrust::counting_iterator<int32_t>(0), rows, f);
-  } catch (const thrust::system_error& e) {
-    return e.code().category() == thrust::cuda_category() ? static_cast<cudaError_t>(e.code().value())
-                                                          : cudaErrorUnknown;
-  }
-  return cudaGetLastError();
+constexpr int kIndexThreads = 128;
+
+// The batch and the accept lengths it reads may come from the kernels just before it (the sampler and
+// the accept of the previous round): nothing is read above the wait.
+template <class Params, class Functor>
+__global__ void __launch_bounds__(kIndexThreads) for_each_row_kernel(const Params p) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
+  const int32_t n = int32_t(blockIdx.x) * kIndexThreads + int32_t(threadIdx.x);
+  if (n < p.rows) Functor{p}(n);
+}
+
+template <class Params, class Functor>
+cudaError_t launch_rows(const Params& p, Launch on) {
+  if (p.rows <= 0) return cudaSuccess;
+  const unsigned blocks = unsigned((p.rows + kIndexThreads - 1) / kIndexThreads);
+  return launch_kernel(for_each_row_kernel<Params, Functor>, blocks, kIndexThreads, on, p);
 }
 
 }  // namespace
 
-cudaError_t launch_build_indices(const IndexBuildParams& p, cudaStream_t stream) {
-  return for_each_row(BuildIndices{p}, p.rows, stream);
+cudaError_t launch_build_indices(const IndexBuildParams& p, Launch on) {
+  return launch_rows<IndexBuildParams, BuildIndices>(p, on);
 }
 
-cudaError_t launch_build_slot_indices(const SlotIndexParams& p, cudaStream_t stream) {
-  return for_each_row(BuildSlotIndices{p}, p.rows, stream);
+cudaError_t launch_build_slot_indices(const SlotIndexParams& p, Launch on) {
+  return launch_rows<SlotIndexParams, BuildSlotIndices>(p, on);
 }
 
 }  // namespace kdagraph

@@ -1,8 +1,9 @@
 // SPEC §4: the fused-accept indices, built once per forward and shared by every layer of it.
 //
-// The builder is one functor applied with Thrust over the rows, so the same code runs with the host
-// policy (indices_cpu.cpp) and a CUDA stream policy (indices.cu). It allocates nothing and returns
-// nothing to the host, so it is capture-safe.
+// The builder is one functor over the rows, applied with Thrust's host policy on the CPU
+// (indices_cpu.cpp) and as a kernel of one thread per row on the device (indices.cu), which launches
+// through the launch seam like every kernel of the round. It allocates nothing and returns nothing to the
+// host, so it is capture-safe.
 //
 // [TAG_INDEX_LAYOUT] RoundIndices (include/kdagraph/ops.hpp) is what verify (seed_*, write_row), accept
 // (row_slot, row_accept) and commit (row_slot, row_accept) read; change them together.
@@ -138,10 +139,13 @@ void build_slot_indices_cpu(const SlotIndexParams& p);
 
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
+
+#include "kernels/launch.h"
+
 namespace kdagraph {
-// Enqueues the build on `stream`; allocates nothing, never synchronizes.
-cudaError_t launch_build_indices(const IndexBuildParams& p, cudaStream_t stream);
-cudaError_t launch_build_slot_indices(const SlotIndexParams& p, cudaStream_t stream);
+// Enqueues the build as `on` says; allocates nothing, never synchronizes.
+cudaError_t launch_build_indices(const IndexBuildParams& p, Launch on);
+cudaError_t launch_build_slot_indices(const SlotIndexParams& p, Launch on);
 }  // namespace kdagraph
 #endif
 
@@ -152,7 +156,7 @@ struct BuildIndicesOp {
   static constexpr const char* kName = "build_indices";
   static void cpu(const Params& p) { build_indices_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_build_indices(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_build_indices(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return "rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens) + " P=" + std::to_string(p.pool_slots);
@@ -163,7 +167,7 @@ struct BuildSlotIndicesOp {
   static constexpr const char* kName = "build_slot_indices";
   static void cpu(const Params& p) { build_slot_indices_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_build_slot_indices(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_build_slot_indices(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return "rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens) + " P=" + std::to_string(p.pool_slots);

@@ -4,7 +4,8 @@
 // [TAG_UPDATE_ORDER] The order of operations below is the contract of SPEC §3: every mode of one backend
 // runs this same sequence, so outputs and states agree bitwise. The device spells its fused
 // multiply-adds out (and is built with --fmad=false); the host is built with -ffp-contract=off and uses
-// a multiply then an add. Change both backends together.
+// a multiply then an add, except in the CPU verify's vectors, which use the instruction set's FMA
+// (kernels/cpu_simd.h). Change both backends together.
 #pragma once
 
 #include <cmath>

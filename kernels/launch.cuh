@@ -3,7 +3,15 @@
 // shared memory from shared_object instead of declaring a __shared__ variable, so a test build can run
 // the very same kernel source on the CPU (the SIMT executor under tests/simt/ provides both there).
 // Kernel bodies stay free of #ifdefs.
+//
+// [TAG_PDL] Programmatic dependent launch (SPEC §5): the seam decides how a kernel is launched
+// (kernels/launch.h), the kernel says where its dependency on the previous kernel starts. Every kernel of
+// a round calls grid_dependency_wait() before it reads anything the kernel before it may write (above it
+// only what earlier rounds wrote: seeds, weights, gate parameters), and trigger_dependent_launch() only
+// after its wait, so that a dependent's early reads never race the kernel two places back.
 #pragma once
+
+#include "kernels/launch.h"
 
 #if defined(KDAGRAPH_SIMT)
 #include "tests/simt/launch.h"
@@ -14,12 +22,42 @@
 
 namespace kdagraph {
 
-// Enqueues `kernel` on `stream` with no dynamic shared memory; returns the launch's error.
+// Enqueues `kernel` as `on` says, with no dynamic shared memory; returns the launch's error. A
+// programmatic launch sets cudaLaunchAttributeProgrammaticStreamSerialization, which a stream capture
+// keeps as a programmatic edge of the graph.
 template <class... Params, class... Args>
-inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
-                                 Args&&... args) {
-  kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
-  return cudaGetLastError();
+inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, Launch on, Args&&... args) {
+  if (!on.pdl || !detail::device_has_pdl()) {
+    kernel<<<grid, block, 0, on.stream>>>(std::forward<Args>(args)...);
+    return cudaGetLastError();
+  }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = on.stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// Waits until the previous kernel on the stream has completed and its writes are visible; a no-op when
+// the kernel was launched plainly, and below sm_90.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+
+// Lets the next kernel on the stream start (its part above its own wait); call it after
+// grid_dependency_wait().
+__device__ __forceinline__ void trigger_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
 }
 
 // The block's shared object of type T (one per type and block, uninitialized). The same static
@@ -30,13 +68,6 @@ __device__ __forceinline__ T& shared_object() {
   __shared__ T object;
   return object;
 }
-
-// [TAG_PDL] Programmatic dependent launch (SPEC §5): a kernel reads what earlier rounds wrote before
-// grid_dependency_wait(), what the previous kernel wrote after it, and calls trigger_dependent_launch()
-// only after its wait. Placeholders until the launch seam launches with PDL; the SIMT executor has the
-// same two.
-__device__ __forceinline__ void grid_dependency_wait() {}
-__device__ __forceinline__ void trigger_dependent_launch() {}
 
 }  // namespace kdagraph
 #endif

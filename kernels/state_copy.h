@@ -83,10 +83,13 @@ void reset_accept_len_cpu(const StateCopyParams& p);
 
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
+
+#include "kernels/launch.h"
+
 namespace kdagraph {
 // One launch for all layers. Allocates nothing, never synchronizes.
-cudaError_t launch_copy_accepted_states(const StateCopyParams& p, cudaStream_t stream);
-cudaError_t launch_reset_accept_len(const StateCopyParams& p, cudaStream_t stream);
+cudaError_t launch_copy_accepted_states(const StateCopyParams& p, Launch on);
+cudaError_t launch_reset_accept_len(const StateCopyParams& p, Launch on);
 }  // namespace kdagraph
 #endif
 
@@ -96,7 +99,7 @@ struct CopyAcceptedStatesOp {
   static constexpr const char* kName = "copy_accepted_states";
   static void cpu(const Params& p) { copy_accepted_states_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_copy_accepted_states(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_copy_accepted_states(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return "count=" + std::to_string(p.count) + " layers=" + std::to_string(p.pool.layers);
@@ -107,7 +110,7 @@ struct ResetAcceptLenOp {
   static constexpr const char* kName = "reset_accept_len";
   static void cpu(const Params& p) { reset_accept_len_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_reset_accept_len(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_reset_accept_len(p, on); }
 #endif
   static std::string shape(const Params& p) { return "count=" + std::to_string(p.count); }
 };

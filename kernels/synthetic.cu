@@ -7,6 +7,8 @@ namespace {
 
 template <class IoT>
 __global__ void synthetic_inputs_kernel(SyntheticInputParams p) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   const int64_t total = synthetic_inputs_elements(p);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
     synthetic_inputs_element<IoT>(p, i);
@@ -14,6 +16,8 @@ __global__ void synthetic_inputs_kernel(SyntheticInputParams p) {
 
 // One block: every row reads the round, then thread 0 advances it after the barrier.
 __global__ void synthetic_sampler_kernel(SyntheticSamplerParams p) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
   const uint32_t round = uint32_t(*p.round);
   for (int32_t n = threadIdx.x; n < p.rows; n += blockDim.x)
     p.accepted[n] = n < *p.n_real ? synthetic_accept_length(p.seed, round, p.slots[n], p.tokens, p.accept_rate) : 0;
@@ -29,21 +33,21 @@ __global__ void synthetic_state_kernel(SyntheticStateParams p) {
 
 }  // namespace
 
-cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t stream) {
+cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, Launch on) {
   const int64_t total = synthetic_inputs_elements(p);
   const int threads = 256;
   const int blocks = int((total + threads - 1) / threads < 4096 ? (total + threads - 1) / threads : 4096);
-  return p.io_dtype == DType::f32 ? launch_kernel(synthetic_inputs_kernel<float>, blocks, threads, stream, p)
-                                  : launch_kernel(synthetic_inputs_kernel<math::bf16>, blocks, threads, stream, p);
+  return p.io_dtype == DType::f32 ? launch_kernel(synthetic_inputs_kernel<float>, blocks, threads, on, p)
+                                  : launch_kernel(synthetic_inputs_kernel<math::bf16>, blocks, threads, on, p);
 }
 
-cudaError_t launch_synthetic_state(const SyntheticStateParams& p, cudaStream_t stream) {
+cudaError_t launch_synthetic_state(const SyntheticStateParams& p, Launch on) {
   const int threads = 256, blocks = 1024;
-  return launch_kernel(synthetic_state_kernel, blocks, threads, stream, p);
+  return launch_kernel(synthetic_state_kernel, blocks, threads, on, p);
 }
 
-cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, cudaStream_t stream) {
-  return launch_kernel(synthetic_sampler_kernel, 1, 256, stream, p);
+cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, Launch on) {
+  return launch_kernel(synthetic_sampler_kernel, 1, 256, on, p);
 }
 
 }  // namespace kdagraph

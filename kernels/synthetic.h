@@ -193,10 +193,13 @@ void synthetic_sampler_cpu(const SyntheticSamplerParams& p);
 
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
+
+#include "kernels/launch.h"
+
 namespace kdagraph {
-cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, cudaStream_t stream);
-cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, cudaStream_t stream);
-cudaError_t launch_synthetic_state(const SyntheticStateParams& p, cudaStream_t stream);
+cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, Launch on);
+cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, Launch on);
+cudaError_t launch_synthetic_state(const SyntheticStateParams& p, Launch on);
 }  // namespace kdagraph
 #endif
 
@@ -206,7 +209,7 @@ struct SyntheticInputsOp {
   static constexpr const char* kName = "synthetic_inputs";
   static void cpu(const Params& p) { synthetic_inputs_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_synthetic_inputs(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_synthetic_inputs(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return "layer=" + std::to_string(p.layer) + " rows=" + std::to_string(p.rows);
@@ -217,7 +220,7 @@ struct SyntheticSamplerOp {
   static constexpr const char* kName = "synthetic_sampler";
   static void cpu(const Params& p) { synthetic_sampler_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_synthetic_sampler(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_synthetic_sampler(p, on); }
 #endif
   static std::string shape(const Params& p) { return "rows=" + std::to_string(p.rows); }
 };
@@ -226,7 +229,7 @@ struct SyntheticStateOp {
   static constexpr const char* kName = "synthetic_state";
   static void cpu(const Params& p) { synthetic_state_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_synthetic_state(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_synthetic_state(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return "request=" + std::to_string(p.request) + " layers=" + std::to_string(p.layers);

@@ -204,16 +204,17 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, 
 }
 
 template <int K, class IoT, class StateT>
-cudaError_t launch_tiles(const VerifyParams& p, cudaStream_t stream) {
+cudaError_t launch_tiles(const VerifyParams& p, Launch on) {
   using Tile = VerifyTile<K, VerifyConfig<K>::kRows>;
   const int64_t blocks = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
-  require(blocks <= int64_t(INT32_MAX), "launch_verify", "rows",
-          "= " + std::to_string(p.rows) + " with HV = " + std::to_string(p.value_heads) + " needs " +
-              std::to_string(blocks) + " blocks, more than a grid holds");
+  require(blocks <= int64_t(INT32_MAX), "launch_verify", "rows", [&] {
+    return "= " + std::to_string(p.rows) + " with HV = " + std::to_string(p.value_heads) + " needs " +
+           std::to_string(blocks) + " blocks, more than a grid holds";
+  });
   constexpr int kRows = VerifyConfig<K>::kRows;
   if (p.conv.width > 0)
-    return launch_kernel(verify_kernel<K, kRows, true, IoT, StateT>, unsigned(blocks), Tile::kThreads, stream, p);
-  return launch_kernel(verify_kernel<K, kRows, false, IoT, StateT>, unsigned(blocks), Tile::kThreads, stream, p);
+    return launch_kernel(verify_kernel<K, kRows, true, IoT, StateT>, unsigned(blocks), Tile::kThreads, on, p);
+  return launch_kernel(verify_kernel<K, kRows, false, IoT, StateT>, unsigned(blocks), Tile::kThreads, on, p);
 }
 
 // The fused conv's parameters (VerifyParams::conv): the conv of the verify's own rows, tokens and layer,
@@ -226,7 +227,7 @@ void require_fusable_conv(const char* where, const VerifyParams& p) {
           "is in_place: blocks of one launch share a row's q and k channels, so the conv fuses only with "
           "the halves (fused-accept, replay) or the fixed window (two-phase)");
   require(c.channels == 2 * p.heads * p.head_k + p.value_heads * p.head_v, where, "conv.channels",
-          "= " + std::to_string(c.channels) + " is not 2 * H * K + HV * V");
+          [&] { return "= " + std::to_string(c.channels) + " is not 2 * H * K + HV * V"; });
   require(c.rows == p.rows && c.tokens == p.tokens && c.layer == p.layer && c.io_dtype == p.io_dtype, where, "conv",
           "describes other rows, tokens, layer or dtype than the verify's");
   require(p.slot_list == nullptr && p.seed_token == nullptr, where, "conv",
@@ -248,12 +249,12 @@ void require_fusable_conv(const char* where, const VerifyParams& p) {
 
 // The one place run-time sizes and dtypes become template parameters.
 template <int K>
-cudaError_t dispatch_dtypes(const VerifyParams& p, cudaStream_t stream) {
+cudaError_t dispatch_dtypes(const VerifyParams& p, Launch on) {
   const bool io_f32 = p.io_dtype == DType::f32, state_f32 = p.pool.dtype == DType::f32;
-  if (io_f32 && state_f32) return launch_tiles<K, float, float>(p, stream);
-  if (io_f32) return launch_tiles<K, float, bf16>(p, stream);
-  if (state_f32) return launch_tiles<K, bf16, float>(p, stream);
-  return launch_tiles<K, bf16, bf16>(p, stream);
+  if (io_f32 && state_f32) return launch_tiles<K, float, float>(p, on);
+  if (io_f32) return launch_tiles<K, float, bf16>(p, on);
+  if (state_f32) return launch_tiles<K, bf16, float>(p, on);
+  return launch_tiles<K, bf16, bf16>(p, on);
 }
 
 }  // namespace
@@ -262,15 +263,17 @@ bool verify_cuda_supports(int32_t head_k, int32_t head_v) {
   return head_k == head_v && (head_k == 64 || head_k == 128);
 }
 
-cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
+cudaError_t launch_verify(const VerifyParams& p, Launch on) {
   const char* where = "launch_verify";
-  require(verify_cuda_supports(p.head_k, p.head_v), where, "head_k",
-          "= " + std::to_string(p.head_k) + " with head_v = " + std::to_string(p.head_v) +
-              ": the CUDA verify is built for K = V = 64 and K = V = 128 only");
+  require(verify_cuda_supports(p.head_k, p.head_v), where, "head_k", [&] {
+    return "= " + std::to_string(p.head_k) + " with head_v = " + std::to_string(p.head_v) +
+           ": the CUDA verify is built for K = V = 64 and K = V = 128 only";
+  });
   require_in_range(where, "rows", p.rows, 0, INT32_MAX);
   require_in_range(where, "tokens", p.tokens, p.slot_list != nullptr ? 0 : 1, INT32_MAX);
-  require(p.heads >= 1 && p.value_heads >= 1 && p.value_heads % p.heads == 0, where, "value_heads",
-          "= " + std::to_string(p.value_heads) + " is not a positive multiple of heads = " + std::to_string(p.heads));
+  require(p.heads >= 1 && p.value_heads >= 1 && p.value_heads % p.heads == 0, where, "value_heads", [&] {
+    return "= " + std::to_string(p.value_heads) + " is not a positive multiple of heads = " + std::to_string(p.heads);
+  });
   if (p.rows == 0) return cudaSuccess;
   // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words from
   // 16-byte aligned rows, the gate parameters as 4-byte cp.async; cache rows like input rows.
@@ -306,7 +309,7 @@ cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream) {
     detail::require_buffer(where, "pre_round.n_real", p.pre_round.n_real, alignof(int32_t));
     detail::require_buffer(where, "pre_round.accept_len", p.pre_round.accept_len, alignof(int32_t));
   }
-  return p.head_k == 128 ? dispatch_dtypes<128>(p, stream) : dispatch_dtypes<64>(p, stream);
+  return p.head_k == 128 ? dispatch_dtypes<128>(p, on) : dispatch_dtypes<64>(p, on);
 }
 
 }  // namespace kdagraph

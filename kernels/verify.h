@@ -208,12 +208,15 @@ void verify_cpu(const VerifyParams& p);
 
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
+
+#include "kernels/launch.h"
+
 namespace kdagraph {
 // Head dims the CUDA kernel is built for (SPEC §1: at least K = V = 128 and 64).
 bool verify_cuda_supports(int32_t head_k, int32_t head_v);
-// Enqueues the verify on `stream`; allocates nothing, never synchronizes. Throws InvalidArgument, naming
+// Enqueues the verify as `on` says; allocates nothing, never synchronizes. Throws InvalidArgument, naming
 // the check and the value, for parameters the kernel is not built for.
-cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream);
+cudaError_t launch_verify(const VerifyParams& p, Launch on);
 }  // namespace kdagraph
 #endif
 
@@ -223,7 +226,7 @@ struct VerifyOp {
   static constexpr const char* kName = "verify";
   static void cpu(const Params& p) { verify_cpu(p); }
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
-  static cudaError_t cuda(const Params& p, cudaStream_t s) { return launch_verify(p, s); }
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_verify(p, on); }
 #endif
   static std::string shape(const Params& p) {
     return "layer=" + std::to_string(p.layer) + " rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens) +

@@ -1,87 +1,96 @@
 // CPU implementation of the verify (SPEC §1, §3), with the short conv fused in when VerifyParams::conv
-// has one (SPEC §9). The element arithmetic is kernels/kda_math.h (and kernels/conv.h), shared with the
-// CUDA kernel; the sums over K run in a fixed order per build, so every mode agrees bitwise.
-#include <algorithm>
+// has one (SPEC §9), compiled once per instruction set (kernels/cpu_isa.h).
+// The element arithmetic is kernels/kda_math.h's, with its multiply-adds spelled as the set's fmadd and
+// its sums over K as explicit vectors (kernels/cpu_simd.h): every mode, replayed tokens and new ones,
+// runs the same instructions in the same order and agrees bitwise.
 #include <cstring>
-#include <vector>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/kda_math.h"
 #include "kernels/verify.h"
 
-namespace kdagraph {
+KDAGRAPH_CPU_ISA_BEGIN
+#include "kernels/cpu_simd.h"
+
 namespace {
 
 using math::bf16;
 
 template <class T>
-float load(const void* base, int64_t i) {
+float io_value(const void* base, int64_t i) {
   return math::to_f32(static_cast<const T*>(base)[i]);
 }
 
-// Per-token vectors are this many floats apart (K rounded up to 64 bytes), from a 64-byte aligned base:
-// every token's vectors then sit at the same alignment, so a replayed token runs the very instructions it
-// ran when it was new (a vectorized sum's order may depend on alignment).
-int64_t token_stride(int32_t K) { return (int64_t(K) + 15) / 16 * 16; }
+// State rows one pass of the token loop carries together: their sums are independent chains the core
+// overlaps. A row's arithmetic does not depend on the group it is in.
+constexpr int kRowGroup = 4;
+// A head is split into blocks of V rows only until every thread has this many units of work.
+constexpr int64_t kUnitsPerThread = 4;
+constexpr int32_t kMinBlockRows = 16;
 
-// Working buffers of one thread: the key-side vectors of one (row, head) for up to `tokens` tokens, and
-// one state row.
-struct UnitScratch {
-  int64_t stride;
-  std::vector<float> storage;
-  float *q, *k, *a, *beta, *row;
-  UnitScratch(int32_t K, int32_t tokens) : stride(token_stride(K)) {
-    const int64_t vec = stride * tokens;
-    storage.resize(size_t(4 * vec + tokens + stride + 16));
-    float* base = storage.data();
-    base += (16 - reinterpret_cast<uintptr_t>(base) / sizeof(float) % 16) % 16;
-    q = base;
-    k = q + vec;
-    a = k + vec;
-    row = a + vec;
-    beta = row + stride;
+// One unit of work: V rows [first_v, end_v) of value head `head` of batch row `row`.
+struct Unit {
+  int32_t row, head, first_v, end_v;
+};
+
+// The units of a call: every (row, head) whole, or cut into blocks of V rows when rows x HV alone
+// would leave threads without work (batch 1 at few heads, many threads).
+struct UnitGrid {
+  int32_t blocks = 1, block_rows = 0;
+  int64_t units = 0;
+
+  UnitGrid(const VerifyParams& p, int threads) {
+    const int64_t heads = int64_t(p.rows) * p.value_heads;
+    const int32_t max_blocks = p.head_v / kMinBlockRows > 1 ? p.head_v / kMinBlockRows : 1;
+    while (blocks < max_blocks && heads * blocks < kUnitsPerThread * threads) blocks *= 2;
+    block_rows = (p.head_v + blocks - 1) / blocks;
+    block_rows = (block_rows + kRowGroup - 1) / kRowGroup * kRowGroup;
+    blocks = (p.head_v + block_rows - 1) / block_rows;
+    units = heads * blocks;
+  }
+  Unit unit(const VerifyParams& p, int64_t u) const {
+    const int64_t head = u / blocks;
+    const int32_t first = int32_t(u % blocks) * block_rows;
+    return Unit{int32_t(head / p.value_heads), int32_t(head % p.value_heads), first,
+                first + block_rows < p.head_v ? first + block_rows : p.head_v};
   }
 };
 
-// The functions holding a sum over K are never inlined: one compiled body serves every caller, so a
-// replayed token sums in the order it did as a new token (an optimizer may otherwise duplicate a loop
-// body, e.g. when splitting the token loop at the replay boundary, and vectorize the copies apart).
-template <class IoT>
-[[gnu::noinline]] void load_and_normalize(const VerifyParams& p, const void* src, int64_t offset, float scale, float* dst) {
-  float sum_sq = 0.0f;
-  for (int32_t i = 0; i < p.head_k; ++i) {
-    dst[i] = load<IoT>(src, offset + i);
-    sum_sq = math::accumulate(sum_sq, dst[i], dst[i]);
-  }
-  const float mult = math::qk_multiplier(p.options.l2norm_qk, sum_sq, scale);
-  if (mult != 1.0f)
-    for (int32_t i = 0; i < p.head_k; ++i) dst[i] *= mult;
-}
+// A thread's working buffers for one unit, carved from its cpu_thread_scratch: the key-side vectors of
+// the unit's U tokens and one group of state rows, kp = padded_lanes(K) floats each (zeros beyond K),
+// the scratch row of each new token's post-state, and with the conv fused its outputs for the new tokens
+// (conv_head's q [T][K], k [T][K], v [T][V], in the io dtype).
+struct UnitScratch {
+  int64_t kp;
+  float *q, *k, *a, *beta, *rows;
+  void* conv;
+  int32_t* write_row;
 
-// [TAG_UPDATE_ORDER] One token's update of one state row: S' = a*S; p = sum S'k; u = beta (v - p);
-// S = S' + k u.
-[[gnu::noinline]] void update_row(float* s, const float* k, const float* a, float beta, float v, int32_t K) {
-  float proj = 0.0f;
-#pragma omp simd reduction(+ : proj)
-  for (int32_t i = 0; i < K; ++i) {
-    s[i] = math::decayed(s[i], a[i]);
-    proj = math::accumulate(proj, s[i], k[i]);
+  static int64_t conv_floats(const VerifyParams& p) {
+    return p.conv.width > 0 ? padded_lanes(int32_t(int64_t(p.tokens) * (2 * p.head_k + p.head_v))) : 0;
   }
-  const float delta = math::delta(beta, v, proj);
-#pragma omp simd
-  for (int32_t i = 0; i < K; ++i) s[i] = math::rank1_update(s[i], k[i], delta);
-}
-
-// o = sum S q over one state row.
-[[gnu::noinline]] float output_of_row(const float* s, const float* q, int32_t K) {
-  float out = 0.0f;
-#pragma omp simd reduction(+ : out)
-  for (int32_t i = 0; i < K; ++i) out = math::accumulate(out, s[i], q[i]);
-  return out;
-}
+  static size_t bytes(const VerifyParams& p) {
+    const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
+    const int64_t floats =
+        (3 * tokens + kRowGroup) * padded_lanes(p.head_k) + padded_lanes(int32_t(tokens)) + conv_floats(p);
+    return size_t(floats) * sizeof(float) + size_t(p.tokens) * sizeof(int32_t);
+  }
+  UnitScratch(void* base, const VerifyParams& p) : kp(padded_lanes(p.head_k)) {
+    const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
+    rows = static_cast<float*>(base);  // 64-byte aligned, and every vector a multiple of 64 bytes
+    q = rows + kRowGroup * kp;
+    k = q + tokens * kp;
+    a = k + tokens * kp;
+    beta = a + tokens * kp;
+    float* conv_base = beta + padded_lanes(int32_t(tokens));
+    conv = conv_base;
+    write_row = reinterpret_cast<int32_t*>(conv_base + conv_floats(p));
+  }
+};
 
 // Where token u's inputs of one (row, head) are: the first `replay` tokens in the cache row, the rest in
-// the layer's inputs (fused: q, k and v in the conv's buffer). q is null for cached tokens, which
-// produce no output; o_off is where a new token's output goes.
+// the layer's inputs (with the conv fused: q, k and v in the conv's buffer). q is null for cached tokens,
+// which produce no output; o_off is where a new token's output goes.
 struct TokenSource {
   const void* q = nullptr;
   const void* k;
@@ -91,136 +100,248 @@ struct TokenSource {
   int64_t q_off = 0, k_off, v_off, g_off, beta_off, o_off = 0;
 };
 
-// The fused conv of one (row, value head) (SPEC §9): the q and k channels of its query/key head and its
-// own v channels for the T new tokens, as q [T][K], k [T][K], v [T][V] in a buffer of this thread that
-// only grows (a call allocates nothing once warm). The first value head of a group writes the history
-// of the q and k channels, every head its v channels'.
-template <class IoT>
-const IoT* conv_head(const VerifyParams& p, const ConvRow& r, int32_t n, int32_t h) {
-  thread_local std::vector<IoT> buffer;
-  const int32_t K = p.head_k, V = p.head_v, T = p.tokens, HK = p.heads * K, hq = h / (p.value_heads / p.heads);
-  buffer.resize(std::max(buffer.size(), size_t(T) * size_t(2 * K + V)));
-  IoT* q = buffer.data();
-  IoT* k = q + int64_t(T) * K;
-  IoT* v = k + int64_t(T) * K;
-  const bool owns_qk = h % (p.value_heads / p.heads) == 0;
-  for (int32_t i = 0; i < K; ++i) {
-    conv_channel_into_width<IoT>(p.conv, r, n, hq * K + i, q + i, K, owns_qk);
-    conv_channel_into_width<IoT>(p.conv, r, n, HK + hq * K + i, k + i, K, owns_qk);
-  }
-  for (int32_t j = 0; j < V; ++j) conv_channel_into_width<IoT>(p.conv, r, n, 2 * HK + h * V + j, v + j, V, true);
-  return buffer.data();
-}
+struct UnitTokens {
+  const VerifyParams& p;
+  const VerifyRow& r;
+  const char* cache_row;
+  TokenCacheLayout cache;
+  int32_t n, h, hq;
+  const void* conv_qkv;  // conv_head's buffer when the conv is fused, else null
 
-// One (row, value head). Value rows j of the state never mix (p[j], u[j] and o[j] read only row j), so
-// each state row runs through all its tokens while it sits in L1, and the state moves once in and T
-// times out, as on the GPU. Each row is read before any post-state row is written: the seed may be a
-// scratch row this verify overwrites (SPEC §3).
-template <class IoT, class StateT>
-void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
-  const int32_t K = p.head_k, V = p.head_v, T = p.tokens, HV = p.value_heads;
-  const int32_t G = HV / p.heads, hq = h / G;
-  const int64_t head_elems = int64_t(K) * V;
-  IoT* o = static_cast<IoT*>(p.o);
-
-  const VerifyRow r = verify_row(p, n, h == 0);
-  const VerifyBases b = r.padded() ? VerifyBases{} : verify_bases(p, r, n, h == 0);
-  const bool fused = p.conv.width > 0;
-  const ConvRow conv = fused && !r.padded() && b.ok ? conv_row(p.conv, n, h == 0) : ConvRow{};
-  if (r.padded() || !b.ok || (fused && conv.padded())) {  // padded row: zeros out, nothing read, no state written
-    for (int32_t t = 0; t < T; ++t) {
-      IoT* out = o + ((int64_t(n) * T + t) * HV + h) * V;
-      for (int32_t j = 0; j < V; ++j) out[j] = math::from_f32<IoT>(0.0f);
-    }
-    return;
-  }
-  const StateT* seed = verify_seed<StateT>(p, r, b) + h * head_elems;
-  StateT* writeback = r.replay > 0 ? reinterpret_cast<StateT*>(state_row(b.pool, p.pool, r.seed_pool)) + h * head_elems
-                                   : nullptr;
-
-  const TokenCacheLayout cache{p.cache_tokens, p.heads, HV, K, V};
-  const IoT* conv_qkv = fused ? conv_head<IoT>(p, conv, n, h) : nullptr;
-  const int32_t U = r.replay + T;  // the token list: cached accepted tokens, then the new ones
-  auto source = [&](int32_t u) {
+  TokenSource source(int32_t u) const {
     TokenSource src;
     if (u < r.replay) {
-      const char* row = state_row(b.cache, p.token_cache, r.replay_from);
-      src.k = src.v = src.g = src.beta = row;
+      src.k = src.v = src.g = src.beta = cache_row;
       src.k_off = cache.k_offset(u, hq);
       src.v_off = cache.v_offset(u, h);
       src.g_off = cache.g_offset(u, h);
       src.beta_off = cache.beta_offset(u, h);
       return src;
     }
-    const int64_t tok = int64_t(n) * T + (u - r.replay);
+    const int64_t tok = int64_t(n) * p.tokens + (u - r.replay);
     src.q = p.q;
     src.k = p.k;
     src.v = p.v;
     src.g = p.g;
     src.beta = p.beta;
-    src.q_off = src.k_off = (tok * p.heads + hq) * K;
-    src.v_off = src.o_off = (tok * HV + h) * V;
-    src.g_off = (tok * HV + h) * K;
-    src.beta_off = tok * HV + h;
-    if (fused) {  // q, k and v of new token t from the conv
-      const int64_t t = u - r.replay;
+    src.q_off = src.k_off = (tok * p.heads + hq) * p.head_k;
+    src.v_off = src.o_off = (tok * p.value_heads + h) * p.head_v;
+    src.g_off = (tok * p.value_heads + h) * p.head_k;
+    src.beta_off = tok * p.value_heads + h;
+    if (conv_qkv != nullptr) {  // q, k and v of new token t from the conv
+      const int64_t t = u - r.replay, T = p.tokens;
       src.q = src.k = src.v = conv_qkv;
-      src.q_off = t * K;
-      src.k_off = int64_t(T) * K + t * K;
-      src.v_off = 2 * int64_t(T) * K + t * V;
+      src.q_off = t * p.head_k;
+      src.k_off = T * p.head_k + t * p.head_k;
+      src.v_off = 2 * T * p.head_k + t * p.head_v;
     }
     return src;
-  };
+  }
+};
+
+// A q or k vector in fp32, zero-padded to kp, L2-normalized when the options say so, times `scale`.
+template <class IoT>
+void load_and_normalize(const VerifyParams& p, const void* src, int64_t offset, float scale, float* dst, int64_t kp) {
+  for (int32_t i = 0; i < p.head_k; ++i) dst[i] = io_value<IoT>(src, offset + i);
+  for (int64_t i = p.head_k; i < kp; ++i) dst[i] = 0.0f;
+  Vec sum_sq = zero();
+  for (int64_t c = 0; c < kp; c += kLanes) sum_sq = fmadd(load(dst + c), load(dst + c), sum_sq);
+  const float mult = math::qk_multiplier(p.options.l2norm_qk, reduce_add(sum_sq), scale);
+  if (mult == 1.0f) return;
+  for (int64_t c = 0; c < kp; c += kLanes) store(dst + c, mul(load(dst + c), set1(mult)));
+}
+
+// [TAG_UPDATE_ORDER] One token's update of R state rows, kp floats apart from `s`:
+//   S' = a S;  p = sum S' k;  u = beta (v - p);  S = S' + k u;  and for a new token (q given) o = sum S q.
+template <int R>
+void update_rows(float* s, int64_t kp, const float* k, const float* a, float beta, const float (&v)[R],
+                 const float* q, float (&o)[R]) {
+  Vec proj[R];
+  for (int r = 0; r < R; ++r) proj[r] = zero();
+  for (int64_t c = 0; c < kp; c += kLanes) {
+    const Vec kc = load(k + c), ac = load(a + c);
+    for (int r = 0; r < R; ++r) {
+      const Vec decayed = mul(ac, load(s + r * kp + c));
+      store(s + r * kp + c, decayed);
+      proj[r] = fmadd(decayed, kc, proj[r]);
+    }
+  }
+  Vec delta[R];
+  for (int r = 0; r < R; ++r) delta[r] = set1(math::delta(beta, v[r], reduce_add(proj[r])));
+  if (q == nullptr) {
+    for (int64_t c = 0; c < kp; c += kLanes) {
+      const Vec kc = load(k + c);
+      for (int r = 0; r < R; ++r) store(s + r * kp + c, fmadd(kc, delta[r], load(s + r * kp + c)));
+    }
+    return;
+  }
+  Vec out[R];
+  for (int r = 0; r < R; ++r) out[r] = zero();
+  for (int64_t c = 0; c < kp; c += kLanes) {
+    const Vec kc = load(k + c), qc = load(q + c);
+    for (int r = 0; r < R; ++r) {
+      const Vec updated = fmadd(kc, delta[r], load(s + r * kp + c));
+      store(s + r * kp + c, updated);
+      out[r] = fmadd(updated, qc, out[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) o[r] = reduce_add(out[r]);
+}
+
+// R state rows (K apart in memory) into the working rows, in fp32, zeros beyond K.
+template <class StateT>
+void load_rows(float* s, int64_t kp, const StateT* src, int32_t K, int R) {
+  for (int r = 0; r < R; ++r) {
+    for (int32_t i = 0; i < K; ++i) s[r * kp + i] = math::to_f32(src[int64_t(r) * K + i]);
+    for (int64_t i = K; i < kp; ++i) s[r * kp + i] = 0.0f;
+  }
+}
+
+// The working rows out to R state rows in the state dtype; past the cache when `streaming` and the
+// rows are whole aligned vectors (wide ones where their alignment allows).
+template <class StateT>
+void store_rows(StateT* dst, const float* s, int64_t kp, int32_t K, int R, bool streaming) {
+  if constexpr (sizeof(StateT) == sizeof(float)) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(dst);
+    if (streaming && K % kLanes == 0 && address % (kLanes * sizeof(float)) == 0) {
+      for (int r = 0; r < R; ++r)
+        for (int32_t c = 0; c < K; c += kLanes) stream(dst + int64_t(r) * K + c, load(s + r * kp + c));
+      return;
+    }
+    if (streaming && K % 4 == 0 && address % 16 == 0) {
+      for (int r = 0; r < R; ++r)
+        for (int32_t c = 0; c < K; c += 4) stream4(dst + int64_t(r) * K + c, s + r * kp + c);
+      return;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int32_t i = 0; i < K; ++i) dst[int64_t(r) * K + i] = math::from_f32<StateT>(s[r * kp + i]);
+}
+
+// What the rows of one unit share: its seed, where its post-states and replayed state go, its tokens.
+template <class StateT>
+struct UnitRows {
+  const StateT* seed;    // head h of the seed
+  StateT* writeback;     // head h of pool[slot] in replay (r.replay > 0), else null
+  char* scratch;         // the layer's scratch base
+  UnitTokens tokens;
+  int32_t count;         // U: replayed tokens, then new ones
+};
+
+// Rows [j, j + R) of a unit through all its tokens. Each row is read whole before any post-state row
+// is written: the seed may be a scratch row this verify overwrites (SPEC §3).
+template <int R, class IoT, class StateT>
+void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScratch& w, int32_t j, bool streaming) {
+  const int32_t K = p.head_k, replay = u.tokens.r.replay;
+  const int64_t head_elems = int64_t(K) * p.head_v;
+  IoT* o = static_cast<IoT*>(p.o);
+  load_rows(w.rows, w.kp, u.seed + int64_t(j) * K, K, R);
+  for (int32_t t = 0; t < u.count; ++t) {
+    const TokenSource src = u.tokens.source(t);
+    float v[R], out[R];
+    for (int r = 0; r < R; ++r) v[r] = io_value<IoT>(src.v, src.v_off + j + r);
+    update_rows<R>(w.rows, w.kp, w.k + t * w.kp, w.a + t * w.kp, w.beta[t], v, src.q ? w.q + t * w.kp : nullptr, out);
+    if (t < replay) {
+      if (t == replay - 1) {  // the accepted prefix is applied: the pool holds it from now on
+        store_rows(u.writeback + int64_t(j) * K, w.rows, w.kp, K, R, false);
+        for (int r = 0; r < R; ++r)
+          for (int32_t i = 0; i < K; ++i) w.rows[r * w.kp + i] = stored_value<StateT>(w.rows[r * w.kp + i]);
+      }
+      continue;
+    }
+    for (int r = 0; r < R; ++r) o[src.o_off + j + r] = math::from_f32<IoT>(out[r]);
+    const int32_t write_row = w.write_row[t - replay];
+    if (write_row < 0) continue;
+    StateT* post = reinterpret_cast<StateT*>(state_row(u.scratch, p.scratch, write_row)) + u.tokens.h * head_elems;
+    store_rows(post + int64_t(j) * K, w.rows, w.kp, K, R, streaming);
+  }
+}
+
+// The fused conv of one unit (SPEC §9): the q and k channels of its query/key head and the v channels
+// of its V rows, for the T new tokens, into w.conv (q [T][K], k [T][K], v [T][V]). The first unit of the
+// first value head of a group writes the history of the q and k channels, every unit its v channels'.
+template <class IoT>
+const IoT* conv_head(const VerifyParams& p, const ConvRow& r, const Unit& unit, const UnitScratch& w) {
+  const int32_t K = p.head_k, V = p.head_v, T = p.tokens, HK = p.heads * K, G = p.value_heads / p.heads;
+  const int32_t n = unit.row, h = unit.head, hq = h / G;
+  IoT* q = static_cast<IoT*>(w.conv);
+  IoT* k = q + int64_t(T) * K;
+  IoT* v = k + int64_t(T) * K;
+  const bool owns_qk = h % G == 0 && unit.first_v == 0;
+  for (int32_t i = 0; i < K; ++i) {
+    conv_channel_into_width<IoT>(p.conv, r, n, hq * K + i, q + i, K, owns_qk);
+    conv_channel_into_width<IoT>(p.conv, r, n, HK + hq * K + i, k + i, K, owns_qk);
+  }
+  for (int32_t j = unit.first_v; j < unit.end_v; ++j)
+    conv_channel_into_width<IoT>(p.conv, r, n, 2 * HK + h * V + j, v + j, V, true);
+  return q;
+}
+
+// One unit: its tokens' key-side vectors once, then its V rows, a group at a time, through all tokens:
+// a group stays in L1 across the T tokens, and the state moves once in and T times out, as on the GPU.
+template <class IoT, class StateT>
+void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, bool streaming) {
+  const int32_t K = p.head_k, T = p.tokens, HV = p.value_heads, n = unit.row, h = unit.head;
+  const int32_t hq = h / (HV / p.heads);
+  const int64_t head_elems = int64_t(K) * p.head_v;
+  const bool reports = h == 0 && unit.first_v == 0;  // one unit per row records the row's errors
+  IoT* o = static_cast<IoT*>(p.o);
+
+  const VerifyRow r = verify_row(p, n, reports);
+  const VerifyBases b = r.padded() ? VerifyBases{} : verify_bases(p, r, n, reports);
+  const bool fused = p.conv.width > 0;
+  const ConvRow conv = fused && !r.padded() && b.ok ? conv_row(p.conv, n, reports) : ConvRow{};
+  if (r.padded() || !b.ok || (fused && conv.padded())) {  // padded row: zeros out, nothing read, no state written
+    for (int32_t t = 0; t < T; ++t) {
+      IoT* out = o + ((int64_t(n) * T + t) * HV + h) * p.head_v;
+      for (int32_t j = unit.first_v; j < unit.end_v; ++j) out[j] = math::from_f32<IoT>(0.0f);
+    }
+    return;
+  }
+  const char* cache_row = r.replay > 0 ? state_row(b.cache, p.token_cache, r.replay_from) : nullptr;
+  const UnitRows<StateT> rows{
+      verify_seed<StateT>(p, r, b) + h * head_elems,
+      r.replay > 0 ? reinterpret_cast<StateT*>(state_row(b.pool, p.pool, r.seed_pool)) + h * head_elems : nullptr,
+      b.scratch,
+      UnitTokens{p, r, cache_row, TokenCacheLayout{p.cache_tokens, p.heads, HV, K, p.head_v}, n, h, hq,
+                 fused ? conv_head<IoT>(p, conv, unit, w) : nullptr},
+      r.replay + T};
 
   const float q_scale = math::query_scale(p.options, K);
   const float a_log = p.A_log ? p.A_log[h] : 0.0f;
-  for (int32_t u = 0; u < U; ++u) {
-    const TokenSource src = source(u);
-    if (src.q != nullptr) load_and_normalize<IoT>(p, src.q, src.q_off, q_scale, w.q + u * w.stride);
-    load_and_normalize<IoT>(p, src.k, src.k_off, 1.0f, w.k + u * w.stride);
+  for (int32_t t = 0; t < rows.count; ++t) {
+    const TokenSource src = rows.tokens.source(t);
+    float* a = w.a + t * w.kp;
+    if (src.q != nullptr) load_and_normalize<IoT>(p, src.q, src.q_off, q_scale, w.q + t * w.kp, w.kp);
+    load_and_normalize<IoT>(p, src.k, src.k_off, 1.0f, w.k + t * w.kp, w.kp);
     for (int32_t i = 0; i < K; ++i) {
       const float dt = p.dt_bias ? p.dt_bias[int64_t(h) * K + i] : 0.0f;
-      w.a[u * w.stride + i] = math::decay_factor(math::log_decay(p.options, load<IoT>(src.g, src.g_off + i), a_log, dt));
+      a[i] = math::decay_factor(math::log_decay(p.options, io_value<IoT>(src.g, src.g_off + i), a_log, dt));
     }
-    w.beta[u] = math::beta_value(p.options, load<IoT>(src.beta, src.beta_off));
+    for (int64_t i = K; i < w.kp; ++i) a[i] = 0.0f;
+    w.beta[t] = math::beta_value(p.options, io_value<IoT>(src.beta, src.beta_off));
   }
+  for (int32_t t = 0; t < T; ++t) w.write_row[t] = post_state_row(p, n, t, reports);
 
-  float* s = w.row;
-  for (int32_t j = 0; j < V; ++j) {
-    for (int32_t i = 0; i < K; ++i) s[i] = math::to_f32(seed[int64_t(j) * K + i]);
-    for (int32_t u = 0; u < U; ++u) {
-      const TokenSource src = source(u);
-      update_row(s, w.k + u * w.stride, w.a + u * w.stride, w.beta[u], load<IoT>(src.v, src.v_off + j), K);
-      if (u < r.replay) {
-        if (u == r.replay - 1) {  // the accepted prefix is applied: the pool holds it from now on
-          StateT* dst = writeback + int64_t(j) * K;
-          for (int32_t i = 0; i < K; ++i) {
-            dst[i] = math::from_f32<StateT>(s[i]);
-            s[i] = stored_value<StateT>(s[i]);
-          }
-        }
-        continue;
-      }
-      o[src.o_off + j] = math::from_f32<IoT>(output_of_row(s, w.q + u * w.stride, K));
-      const int32_t write_row = post_state_row(p, n, u - r.replay, h == 0 && j == 0);
-      if (write_row < 0) continue;
-      StateT* post = reinterpret_cast<StateT*>(state_row(b.scratch, p.scratch, write_row)) + h * head_elems;
-      for (int32_t i = 0; i < K; ++i) post[int64_t(j) * K + i] = math::from_f32<StateT>(s[i]);
-    }
-  }
+  int32_t j = unit.first_v;
+  for (; j + kRowGroup <= unit.end_v; j += kRowGroup) verify_rows<kRowGroup, IoT, StateT>(p, rows, w, j, streaming);
+  for (; j < unit.end_v; ++j) verify_rows<1, IoT, StateT>(p, rows, w, j, streaming);
+  if (streaming) stream_fence();
 
   if (r.cache_to < 0) return;
-  // The new tokens' inputs, as given, for the next round's replay. k is shared by the G value heads of
-  // query head hq: its first value head writes it.
-  char* row = state_row(b.cache, p.token_cache, r.cache_to);
-  IoT* dst = reinterpret_cast<IoT*>(row);
+  // The new tokens' inputs, as given (fused: as the conv made them), for the next round's replay: each
+  // unit its V rows' v, the first unit of the head its g and beta and, of the first value head of query
+  // head hq, the k the group shares.
+  const TokenCacheLayout& cache = rows.tokens.cache;
+  IoT* dst = reinterpret_cast<IoT*>(state_row(b.cache, p.token_cache, r.cache_to));
+  auto copy = [&](const void* from, int64_t from_off, int64_t to_off, int32_t count) {
+    std::memcpy(dst + to_off, static_cast<const IoT*>(from) + from_off, size_t(count) * sizeof(IoT));
+  };
   for (int32_t t = 0; t < T; ++t) {
-    const TokenSource src = source(r.replay + t);
-    auto copy = [&](const void* from, int64_t from_off, int64_t to_off, int32_t count) {
-      std::memcpy(dst + to_off, static_cast<const IoT*>(from) + from_off, size_t(count) * sizeof(IoT));
-    };
-    if (h % G == 0) copy(src.k, src.k_off, cache.k_offset(t, hq), K);
-    copy(src.v, src.v_off, cache.v_offset(t, h), V);
+    const TokenSource src = rows.tokens.source(r.replay + t);
+    copy(src.v, src.v_off + unit.first_v, cache.v_offset(t, h) + unit.first_v, unit.end_v - unit.first_v);
+    if (unit.first_v != 0) continue;
+    if (h % (HV / p.heads) == 0) copy(src.k, src.k_off, cache.k_offset(t, hq), K);
     copy(src.g, src.g_off, cache.g_offset(t, h), K);
     copy(src.beta, src.beta_off, cache.beta_offset(t, h), 1);
   }
@@ -228,13 +349,17 @@ void verify_unit(const VerifyParams& p, int32_t n, int32_t h, UnitScratch& w) {
 
 template <class IoT, class StateT>
 void verify_all(const VerifyParams& p) {
-  const int64_t units = int64_t(p.rows) * p.value_heads;
-#pragma omp parallel
+  const int threads = cpu_threads();
+  const UnitGrid grid(p, threads);
+  const int64_t post_bytes =
+      p.writes_scratch ? int64_t(p.rows) * p.tokens * p.value_heads * p.head_v * p.head_k * int64_t(sizeof(StateT)) : 0;
+  const bool streaming = post_bytes > cpu_streaming_store_bytes();
+  const size_t scratch_bytes = UnitScratch::bytes(p);
+#pragma omp parallel num_threads(threads)
   {
-    UnitScratch w(p.head_k, p.tokens + p.cache_tokens);
-#pragma omp for schedule(static)
-    for (int64_t u = 0; u < units; ++u)
-      verify_unit<IoT, StateT>(p, int32_t(u / p.value_heads), int32_t(u % p.value_heads), w);
+    const UnitScratch w(cpu_thread_scratch(scratch_bytes), p);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < grid.units; ++u) verify_unit<IoT, StateT>(p, grid.unit(p, u), w, streaming);
   }
 }
 
@@ -248,4 +373,4 @@ void verify_cpu(const VerifyParams& p) {
   else verify_all<bf16, bf16>(p);
 }
 
-}  // namespace kdagraph
+KDAGRAPH_CPU_ISA_END

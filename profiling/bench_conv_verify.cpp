@@ -7,8 +7,8 @@
 //               and every layer, captured once per bucket (a CUDA graph; the CPU twin on the CPU).
 // Medians over --runs calls after one warm-up, the variants taking turns. On CUDA by events, on the CPU
 // by the host clock.
-// Programmatic dependent launch is whatever the launch seam does by default.
-//   bench_conv_verify [--backend cpu|cuda] [--batches 1,2,4,8] [--tokens 2,4] [--layers 20] [--runs N]
+// Programmatic dependent launch (SPEC §5) on, as the Verifier has it by default; --no-pdl turns it off.
+//   bench_conv_verify [--backend cpu|cuda] [--batches 1,2,4,8] [--tokens 2,4] [--layers 20] [--runs N] [--no-pdl]
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -35,9 +35,10 @@ using profiling::random_buffer;
 
 constexpr int32_t kWidth = 4;
 
-VerifierConfig layer_config(Backend b, int32_t layers, int32_t tokens, int32_t batch) {
+VerifierConfig layer_config(Backend b, int32_t layers, int32_t tokens, int32_t batch, bool pdl) {
   VerifierConfig c;
   c.backend = b;
+  c.pdl = pdl;
   c.model = ModelShape{layers, 16, 16, 128, 128};
   c.pool = PoolShape{batch, tokens, DType::f32};
   c.max_rows = batch;
@@ -107,9 +108,9 @@ void start_mid_stream(Verifier& v, const Stream& s, std::mt19937& rng) {
 }
 
 // Medians of one layer's two launches and its one fused kernel, taking turns.
-std::vector<double> time_layer(Backend b, int32_t tokens, int32_t batch, int runs, const Stream& s) {
+std::vector<double> time_layer(Backend b, int32_t tokens, int32_t batch, bool pdl, int runs, const Stream& s) {
   std::mt19937 rng(7);
-  const VerifierConfig c = layer_config(b, 1, tokens, batch);
+  const VerifierConfig c = layer_config(b, 1, tokens, batch, pdl);
   Verifier v(c);
   start_mid_stream(v, s, rng);
   const RoundInputs in(c, rng);
@@ -131,8 +132,9 @@ struct Round {
   Verifier verifier;
   RoundInputs in;
   GraphRunner runner;
-  Round(Backend b, int32_t layers, int32_t tokens, int32_t batch, bool fused, const Stream& s, std::mt19937& rng)
-      : config(fused_config(layer_config(b, layers, tokens, batch), fused)),
+  Round(Backend b, int32_t layers, int32_t tokens, int32_t batch, bool pdl, bool fused, const Stream& s,
+        std::mt19937& rng)
+      : config(fused_config(layer_config(b, layers, tokens, batch, pdl), fused)),
         verifier(config),
         in(config, rng),
         runner(verifier, hooks(), one_bucket(batch)) {
@@ -165,6 +167,7 @@ int run(int argc, char** argv) {
   std::vector<int32_t> batches = {1, 2, 4, 8}, tokens = {2, 4};
   int32_t layers = 20;
   int runs = 20;
+  bool pdl = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--backend" && i + 1 < argc) {
@@ -179,18 +182,20 @@ int run(int argc, char** argv) {
       layers = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--runs" && i + 1 < argc) {
       runs = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--no-pdl") {
+      pdl = false;
     } else {
       std::fprintf(stderr,
                    "usage: bench_conv_verify [--backend cpu|cuda] [--batches 1,2,4,8] [--tokens 2,4] [--layers L] "
-                   "[--runs N]\n");
+                   "[--runs N] [--no-pdl]\n");
       return 2;
     }
   }
   const auto stream = detail::StreamHandle::create(backend);
   const Stream& s = stream.get();
   std::printf("# bench_conv_verify: %s, Kimi-Linear-48B TP2 layers (H=HV=16, K=V=128, C=6144), W=4 SiLU, io bf16, "
-              "state f32, fused-accept; median ms of %d calls%s\n\n",
-              to_string(backend), runs,
+              "state f32, fused-accept, PDL %s; median ms of %d calls%s\n\n",
+              to_string(backend), pdl ? "on" : "off", runs,
               backend == Backend::cpu ? " (CPU timings: the CPU backend on this machine, not a GPU)" : "");
   std::printf("| T | batch | layer unfused ms | layer fused ms | fused / unfused | round L=%d unfused ms | "
               "round fused ms | fused / unfused | kernel nodes unfused | fused |\n"
@@ -198,9 +203,9 @@ int run(int argc, char** argv) {
               layers);
   for (int32_t t : tokens)
     for (int32_t n : batches) {
-      const std::vector<double> layer = time_layer(backend, t, n, runs, s);
+      const std::vector<double> layer = time_layer(backend, t, n, pdl, runs, s);
       std::mt19937 rng(11);
-      Round unfused(backend, layers, t, n, false, s, rng), fused(backend, layers, t, n, true, s, rng);
+      Round unfused(backend, layers, t, n, pdl, false, s, rng), fused(backend, layers, t, n, pdl, true, s, rng);
       const std::vector<double> round = profiling::interleaved_medians_ms(
           s, runs, {[&] { unfused.runner.run_round(s); }, [&] { fused.runner.run_round(s); }});
       std::printf("| %d | %d | %.4g | %.4g | %.2f | %.4g | %.4g | %.2f | %d | %d |\n", t, n, layer[0], layer[1],

@@ -3,8 +3,11 @@
 // bf16 inputs, fused-accept indices with half the rows seeding from scratch, gate in kernel.
 //
 // A plain program (CUDA events, medians), not Google Benchmark, so it builds wherever nvcc does.
-//   bench_verify_cuda [--csv FILE] [--runs N]
-// Cold samples flush L2 (a write larger than it) before each launch; warm samples do not.
+//   bench_verify_cuda [--csv FILE] [--runs N] [--help]
+// Cold samples flush L2 (a write larger than it) before each launch; warm samples do not. Every sample is
+// `start; launch; stop` behind a LaunchGate (profiling/launch_gate.h): the stream is held until the host
+// has enqueued all three, so the time is the device's alone, without the host's launch latency (which an
+// idle stream adds to a batch-1 launch). Inputs and states hold hashed values, never zeros.
 // Aim (the kernels issue): batch >= 32 moves >= 80% of copy bandwidth; at batch 1 one layer's verify
 // takes <= 2 * (bytes / copy bandwidth) + 3 us. Both judged on the cold median.
 //
@@ -23,11 +26,14 @@
 #include <string>
 #include <vector>
 
+#include "kdagraph/error.hpp"
 #include "kernels/cuda_check.h"
 #include "kernels/indices.h"
 #include "kernels/memory.h"
 #include "kernels/stream.h"
+#include "kernels/synthetic.h"
 #include "kernels/verify.h"
+#include "profiling/launch_gate.h"
 
 namespace kdagraph {
 namespace {
@@ -36,6 +42,21 @@ namespace {
 detail::Buffer device_zeros(size_t bytes) {
   detail::Buffer b(Backend::cuda, bytes);
   b.fill(0);
+  return b;
+}
+
+__global__ void fill_hashed_kernel(void* out, DType dtype, int64_t elems, SyntheticField field, float lo, float hi) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < elems; i += int64_t(gridDim.x) * blockDim.x)
+    store_from_f32(out, dtype, i, synthetic_uniform(synthetic_bits(1, 0, 0, 0, 0, field, uint32_t(i)), lo, hi));
+}
+
+// `elems` values of `dtype` in [lo, hi), hashed per element (kernels/synthetic.h): timings never run on
+// zeros. Finished before it returns, like device_zeros.
+detail::Buffer device_hashed(int64_t elems, DType dtype, SyntheticField field, float lo, float hi) {
+  detail::Buffer b(Backend::cuda, size_t(elems) * dtype_size(dtype));
+  fill_hashed_kernel<<<1024, 256>>>(b.as(), dtype, elems, field, lo, hi);
+  KDA_CUDA_CHECK(cudaGetLastError());
+  KDA_CUDA_CHECK(cudaDeviceSynchronize());
   return b;
 }
 
@@ -56,22 +77,6 @@ struct EventPairs {
     return us[us.size() / 2];
   }
 };
-
-// Device-to-device cudaMemcpy bandwidth, counting bytes read plus bytes written.
-double copy_bandwidth_gbps(cudaStream_t stream, int runs) {
-  const size_t bytes = size_t(1) << 30;
-  const detail::Buffer src = device_zeros(bytes), dst = device_zeros(bytes);
-  EventPairs events(runs);
-  const Stream s{Backend::cuda, stream};
-  KDA_CUDA_CHECK(cudaMemcpyAsync(dst.as(), src.as(), bytes, cudaMemcpyDeviceToDevice, stream));
-  for (int i = 0; i < runs; ++i) {
-    events.start[size_t(i)].record(s);
-    KDA_CUDA_CHECK(cudaMemcpyAsync(dst.as(), src.as(), bytes, cudaMemcpyDeviceToDevice, stream));
-    events.stop[size_t(i)].record(s);
-  }
-  KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return 2.0 * double(bytes) / (events.median_us() * 1e3);
-}
 
 struct Config {
   int32_t value_heads, tokens, batch;
@@ -111,19 +116,36 @@ __global__ void __launch_bounds__(kTwinThreads)
 }
 
 // Median time of `launch` over `runs` samples: cold when `flush` is given (a write larger than L2 before
-// each launch), warm otherwise.
+// each launch), warm otherwise. Each sample is timed behind a LaunchGate (the device's time alone).
 template <class Launch>
 double median_us(cudaStream_t stream, int runs, const detail::Buffer* flush, Launch launch) {
   EventPairs events(runs);
   const Stream s{Backend::cuda, stream};
+  bool waited = false;
   for (int i = 0; i < runs; ++i) {
     if (flush != nullptr) KDA_CUDA_CHECK(cudaMemsetAsync(flush->as(), i & 0xff, flush->bytes(), stream));
+    profiling::LaunchGate gate(s);
     events.start[size_t(i)].record(s);
     launch();
     events.stop[size_t(i)].record(s);
+    gate.open();
+    KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    waited = waited || gate.timed_out();
   }
-  KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (waited) throw Error("a timed sample waited on its own stream behind the launch gate; its time is not valid");
   return events.median_us();
+}
+
+// Device-to-device cudaMemcpy bandwidth, counting bytes read plus bytes written (after one untimed copy).
+double copy_bandwidth_gbps(cudaStream_t stream, int runs) {
+  const size_t bytes = size_t(1) << 30;
+  const detail::Buffer src = device_hashed(int64_t(bytes / 4), DType::f32, SyntheticField::state, -1.0f, 1.0f),
+                       dst = device_zeros(bytes);
+  const auto copy = [&] {
+    KDA_CUDA_CHECK(cudaMemcpyAsync(dst.as(), src.as(), bytes, cudaMemcpyDeviceToDevice, stream));
+  };
+  copy();
+  return 2.0 * double(bytes) / (median_us(stream, runs, nullptr, copy) * 1e3);
 }
 
 // One layer's verify at `cfg`: every row real, odd rows seeding from scratch row a - 1.
@@ -150,13 +172,17 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const detail
   ip.out = round_indices(index.data(), B, T);
   build_indices_cpu(ip);
 
-  const detail::Buffer pool = device_zeros(size_t(B) * HV * head_bytes),
-                       scratch = device_zeros(size_t(B) * S * HV * head_bytes);
-  const detail::Buffer q = device_zeros(size_t(B) * T * H * K * io), k = device_zeros(q.bytes()),
-                       v = device_zeros(size_t(B) * T * HV * V * io), g = device_zeros(size_t(B) * T * HV * K * io),
-                       beta = device_zeros(size_t(B) * T * HV * io), o = device_zeros(size_t(B) * T * HV * V * io);
-  const detail::Buffer A_log = device_zeros(size_t(HV) * sizeof(float)),
-                       dt_bias = device_zeros(size_t(HV) * K * sizeof(float));
+  const int64_t state_elems = int64_t(HV) * V * K, qk = int64_t(B) * T * H * K, vo = int64_t(B) * T * HV * V;
+  const detail::Buffer pool = device_hashed(B * state_elems, DType::f32, SyntheticField::state, -0.5f, 0.5f),
+                       scratch = device_hashed(int64_t(B) * S * state_elems, DType::f32, SyntheticField::state, -0.5f, 0.5f);
+  const detail::Buffer q = device_hashed(qk, DType::bf16, SyntheticField::q, -1.0f, 1.0f),
+                       k = device_hashed(qk, DType::bf16, SyntheticField::k, -1.0f, 1.0f),
+                       v = device_hashed(vo, DType::bf16, SyntheticField::v, -1.0f, 1.0f),
+                       g = device_hashed(int64_t(B) * T * HV * K, DType::bf16, SyntheticField::g, -4.0f, 2.0f),
+                       beta = device_hashed(int64_t(B) * T * HV, DType::bf16, SyntheticField::beta, -3.0f, 3.0f),
+                       o = device_zeros(size_t(vo) * io);
+  const detail::Buffer A_log = device_hashed(HV, DType::f32, SyntheticField::gate_a_log, -1.5f, 0.5f),
+                       dt_bias = device_hashed(int64_t(HV) * K, DType::f32, SyntheticField::gate_dt_bias, -0.5f, 0.5f);
   const detail::Buffer d_index = detail::Buffer::copy_of(Backend::cuda, index);
 
   VerifyParams p;
@@ -227,14 +253,20 @@ Verdict judge(const Result& r, double copy_gbps) {
 int run(int argc, char** argv) {
   std::string csv_path;
   int runs = 100;
+  const auto usage = [&](FILE* to) {
+    std::fprintf(to, "usage: %s [--csv FILE] [--runs N (default 100)] [--help]\n", argv[0]);
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--csv" && i + 1 < argc) {
       csv_path = argv[++i];
     } else if (arg == "--runs" && i + 1 < argc) {
       runs = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--help") {  // after the arguments before it parsed: gpu_check.sh's dry run uses it
+      usage(stdout);
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: %s [--csv FILE] [--runs N (default 100)]\n", argv[0]);
+      usage(stderr);
       return 2;
     }
   }

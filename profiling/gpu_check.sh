@@ -1,283 +1,390 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # the stage functions run through run_stage
-# The GPU check, in one run on a machine with a CUDA device (nvcc, cmake, ninja, compute-sanitizer; no
-# network, no GoogleTest installed), in priority order: configure, build, the gpu-labelled tests, the
-# verify benchmark, the round benchmark (kdagraph bench with --node-trace on the Kimi presets; other
-# arguments from KDAGRAPH_BENCH_ARGS), the command line checked against the CPU reference, then
-# compute-sanitizer memcheck and racecheck over a fast subset of the GPU tests. Logs, CSVs and a summary
-# land in ./gpu_out; when $OUT is set (the device tool's return folder, which brings back at most 8
-# files) the summary, the benchmark CSVs and tables, and a tarball of every log (the JUnit XML too) are
-# copied there. A failing stage does not stop the next one; the exit status is 1 if any stage failed or
-# ran out of time. The whole run stays within ${KDA_CHECK_BUDGET_S:-460} seconds (plus at most 10 s to
-# stop a stage that overruns): each stage gets its cap or what is left of the budget. A stage whose tool
-# cannot run on this machine (compute-sanitizer refuses some virtualized GPUs) is UNAVAILABLE, not
-# passed; then the exit status is 3 unless something failed.
+# The GPU check (issue 24): everything a lent GPU should show, in one run of at most KDA_CHECK_BUDGET_S
+# (420) seconds on a machine with a CUDA device, nvcc, cmake, ninja, python3 with torch, triton, cupy,
+# nanobind, scikit-build-core and pytest, compute-sanitizer, and no network. It configures and builds,
+# for KDAGRAPH_CUDA_ARCHITECTURES (90), only what its stages run (the library, the *_cuda_test targets,
+# bench_verify_cuda, bench_conv_verify, the command line, the Python extension), then: the kernels' registers, shared memory,
+# stack and spills from ptxas; every gpu-labelled test; tests/python against this build (torch and cupy
+# arrays, a torch.cuda.graph of the drop-ins); the command line against the CPU reference; the capture of
+# every bucket; the verify's bandwidth; one kernel per layer (the conv fused into the verify) against two,
+# PDL on and off (bench_conv_verify); whole rounds in every mode (kdagraph bench); flash-linear-
+# attention's Triton KDA on the same tensors (profiling/fla_peer.py, from the fla-core wheel in ./.whl);
+# compute-sanitizer memcheck and racecheck over a fast subset. profiling/README.md says how to run it with
+# the device tool and how its results are committed.
 #
-# Run from the repository root:  profiling/gpu_check.sh
-# A second, targeted run: KDA_STAGES=configure,build,memcheck,racecheck profiling/gpu_check.sh (the other
-# stages report "not selected").
-# GoogleTest comes from source: ${KDAGRAPH_GTEST_SOURCE_DIR}, else ./.gtest (a copy of /usr/src/googletest,
-# whose top-level CMakeLists.txt builds gtest), else /usr/src/googletest.
+# Run from the repository root:
+#   profiling/gpu_check.sh                                    the whole check
+#   KDA_STAGES=build,memcheck profiling/gpu_check.sh          a targeted rerun (the others: "not selected");
+#                                                             the build makes only the chosen stages' targets
+#   KDA_DRY_RUN=1 KDA_BUILD_DIR=build profiling/gpu_check.sh  no GPU: checks every stage's command lines
+#                                                             against a configured CUDA build (CI runs it)
+# More settings: KDA_BUILD_DIR (build-gpu), KDA_JOBS (nproc), KDA_PYTHON (python3), KDA_COMMIT (recorded
+# in the summary: the device machine gets the files without .git), KDAGRAPH_GTEST_SOURCE_DIR (else ./.gtest,
+# a copy of Debian's /usr/src/googletest, else /usr/src/googletest), KDAGRAPH_WERROR (OFF).
+#
+# Each stage runs under its own cap (the caps add up to the budget; the dry run checks that). A failing
+# stage does not stop the next. Logs and results land in ./gpu_out; when $OUT is set (the device tool's
+# return folder, at most 8 files) RETURNED is copied there, the logs as one tarball. The summary (each
+# stage's section, then the table of stages) is printed last. Exit status: 0 all passed; 1 a stage failed
+# or ran out of time; 3 none failed but a tool could not run here (UNAVAILABLE, e.g. compute-sanitizer on a
+# GPU it refuses, or no fla-core wheel). A capture that fails on a module's first load (lazy loading) reruns
+# its stage with CUDA_MODULE_LOADING=EAGER, which then stays set for the rest of the run.
 set -u
+if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then
+  echo "gpu_check.sh needs bash 5.1 or later (wait -n -p)" >&2
+  exit 2
+fi
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DRY=${KDA_DRY_RUN:-0}
 RETURN_DIR=${OUT:-}
-OUT=$ROOT/gpu_out
 BUILD=${KDA_BUILD_DIR:-$ROOT/build-gpu}
+[[ "$BUILD" == /* ]] || BUILD=$ROOT/$BUILD
 ARCH=${KDAGRAPH_CUDA_ARCHITECTURES:-90}
-BUDGET_S=${KDA_CHECK_BUDGET_S:-460}
+BUDGET_S=${KDA_CHECK_BUDGET_S:-420}
 JOBS=${KDA_JOBS:-$(nproc)}
-# Every stage in the order it runs; KDA_STAGES (comma-separated) picks some of them.
-ALL_STAGES=(environment configure build gpu_tests bench_verify other_benches cli_check memcheck racecheck)
+PYTHON=${KDA_PYTHON:-python3}
+COMMIT=${KDA_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+if ((DRY)); then
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+else
+  WORK=$ROOT/gpu_out
+fi
+EXIT_UNAVAILABLE=77
+# The toolkit's programs (nvcc, compute-sanitizer) where a CUDA image leaves them off PATH.
+command -v nvcc >/dev/null || { [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH=/usr/local/cuda/bin:$PATH; }
+
+# ---- the stages, in running order ----------------------------------------------------------------------
+# stage NAME CAP [TARGET...]: stage_NAME (below) runs within CAP seconds, after the build stage has made
+# the TARGETs (@cuda_tests: every *_cuda_test target of the build). To add a stage: write stage_NAME
+# (its commands through `x`, so the dry run checks them), add its line here and lower other caps so the
+# total stays within the budget; a file it wants back goes into RETURNED (at most 8 with the tarball).
+STAGE_NAMES=()
+declare -A STAGE_CAP STAGE_TARGETS
+stage() {
+  local name=$1 cap=$2
+  shift 2
+  STAGE_NAMES+=("$name")
+  STAGE_CAP[$name]=$cap
+  STAGE_TARGETS[$name]="$*"
+}
+stage environment 10
+stage configure 30
+stage build 100 kdagraph
+stage ptxas 5 kdagraph
+stage gpu_tests 40 @cuda_tests
+stage python_tests 40 _kdagraph _kdagraph_stub kdagraph_cli
+stage cli_check 20 kdagraph_cli
+stage capture 10 kdagraph_cli
+stage bench_verify 25 bench_verify_cuda
+stage conv_verify_bench 25 bench_conv_verify
+stage round_bench 45 kdagraph_cli
+stage fla_peer 40 _kdagraph _kdagraph_stub kdagraph_cli
+stage memcheck 20 indices_cuda_test accept_cuda_test state_copy_cuda_test verify_cuda_test verifier_cuda_test \
+  conv_cuda_test ops_cuda_test
+stage racecheck 10 verify_cuda_test ops_cuda_test
+RETURNED=(summary.md gpu_logs.tar.gz bench_verify_cuda.csv kdagraph_bench_kimi-linear-48b-tp2.csv
+  kdagraph_bench_kimi-linear-48b.csv fla_peer.csv)
+# Targets that exist only when an option is on: where it is off, the build leaves them out (and says so).
+declare -A TARGET_OPTION=([_kdagraph]=KDAGRAPH_BUILD_PYTHON [_kdagraph_stub]=KDAGRAPH_BUILD_PYTHON)
+
 SELECTED=${KDA_STAGES:-}
 SELECTED=${SELECTED// /}
 if [[ -n "$SELECTED" ]]; then
   IFS=, read -r -a wanted <<<"$SELECTED"
   for name in "${wanted[@]}"; do
-    if [[ " ${ALL_STAGES[*]} " != *" $name "* ]]; then
-      echo "KDA_STAGES: '$name' is not a stage; the stages are: ${ALL_STAGES[*]}" >&2
+    if [[ -z "${STAGE_CAP[$name]:-}" ]]; then
+      echo "KDA_STAGES: '$name' is not a stage; the stages are: ${STAGE_NAMES[*]}" >&2
       exit 2
     fi
   done
 fi
-# Nothing from an earlier run may pass for this one's.
-rm -rf "$OUT"
-mkdir -p "$OUT"
-export ROOT OUT BUILD ARCH JOBS
-START=$(date +%s)
-DEADLINE=$((START + BUDGET_S))
+selected() { [[ -z "$SELECTED" || ",$SELECTED," == *",$1,"* ]]; }
 
-STAGES=() RESULTS=() SECONDS_USED=() FAILED=0 UNAVAILABLE=0
-# A stage exits with this when its tool cannot run here at all.
-EXIT_UNAVAILABLE=77
-
-# run_stage NAME CAP_SECONDS FUNCTION: runs FUNCTION in a child bash under a time limit (its cap, or what
-# is left of the budget), output to $OUT/NAME.log; records PASS, FAIL (exit status), TIMEOUT or SKIP.
-run_stage() {
-  local name=$1 cap=$2 fn=$3
-  local left=$((DEADLINE - $(date +%s)))
-  local limit=$((cap < left ? cap : left))
-  local log="$OUT/$name.log" result rc t0 t1
-  if [[ -n "$SELECTED" && ",$SELECTED," != *",$name,"* ]]; then
-    STAGES+=("$name") RESULTS+=("not selected") SECONDS_USED+=(0)
-    return
-  fi
-  if ((limit < 10)); then
-    echo "== $name: skipped, out of time" | tee "$log"
-    STAGES+=("$name") RESULTS+=("SKIP (no time)") SECONDS_USED+=(0) FAILED=1
-    return
-  fi
-  echo "== $name (limit ${limit}s) -> $log"
-  t0=$(date +%s)
-  timeout --kill-after=10 "$limit" bash -c "set -u -o pipefail; EXIT_UNAVAILABLE=$EXIT_UNAVAILABLE; $(declare -f); $fn" \
-    >"$log" 2>&1
-  rc=$?
-  t1=$(date +%s)
-  if ((rc == 0)); then
-    result=PASS
-  elif ((rc == EXIT_UNAVAILABLE)); then
-    result=UNAVAILABLE UNAVAILABLE=1
-  elif ((rc == 124 || rc == 137)); then
-    result=TIMEOUT FAILED=1
-  else
-    result="FAIL ($rc)" FAILED=1
-  fi
-  tail -n 5 "$log" | sed 's/^/   | /'
-  echo "   $name: $result in $((t1 - t0))s"
-  STAGES+=("$name") RESULTS+=("$result") SECONDS_USED+=($((t1 - t0)))
-}
-
+# ---- the stages ----------------------------------------------------------------------------------------
 gtest_source() {
   local dir
-  for dir in "${KDAGRAPH_GTEST_SOURCE_DIR:-}" "$ROOT/.gtest" "$ROOT/.gtest/googletest" /usr/src/googletest; do
-    if [[ -n "$dir" && -f "$dir/CMakeLists.txt" ]]; then
-      echo "$dir"
-      return
-    fi
+  for dir in "${KDAGRAPH_GTEST_SOURCE_DIR:-}" "$ROOT/.gtest" /usr/src/googletest; do
+    [[ -n "$dir" && -f "$dir/CMakeLists.txt" ]] && { echo "$dir"; return; }
   done
 }
 GTEST_DIR=$(gtest_source)
-export GTEST_DIR
+fla_wheel() { compgen -G "$ROOT/.whl/fla_core-*.whl" | head -n 1; }
+# compute-sanitizer: on PATH, or in the toolkit beside nvcc.
+sanitizer_path() {
+  local dir
+  command -v compute-sanitizer && return
+  for dir in "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")" /usr/local/cuda/compute-sanitizer; do
+    [[ -x "$dir/compute-sanitizer" ]] && { echo "$dir/compute-sanitizer"; return; }
+  done
+  return 1
+}
+
+VERSIONS_PY='
+import importlib.metadata as m, sys
+names = ["torch", "triton", "cupy-cuda13x", "nanobind", "scikit-build-core", "pytest", "numpy", "einops"]
+def version(n):
+    try:
+        return m.version(n)
+    except m.PackageNotFoundError:
+        return "absent"
+print("python", sys.version.split()[0], " ".join(f"{n} {version(n)}" for n in names))'
 
 stage_environment() {
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
-  nvcc --version | tail -n 2
-  cmake --version | head -n 1
-  echo "ninja $(ninja --version)"
-  command -v compute-sanitizer || echo "compute-sanitizer: not found"
-  echo "GoogleTest sources: ${GTEST_DIR:-none}"
-  nvidia-smi -L | grep -q GPU
+  local gpu
+  gpu=$(x nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,compute_cap \
+    --format=csv,noheader)
+  echo "$gpu"
+  x nvcc --version
+  x cmake --version
+  x ninja --version
+  x "$PYTHON" -c "$VERSIONS_PY"
+  echo "compute-sanitizer: $(sanitizer_path || echo not found)"
+  echo "GoogleTest sources: ${GTEST_DIR:-none}; fla-core wheel: $(fla_wheel || true)"
+  section <<EOF
+GPU: $gpu (name, driver, memory, max SM and memory clocks, compute capability)
+Commit $COMMIT, $(date -u +%Y-%m-%dT%H:%MZ), architectures $ARCH, budget ${BUDGET_S} s.
+EOF
+  expect "a CUDA device is visible" nvidia-smi -L
 }
 
 stage_configure() {
-  local tests=ON gtest_arg=()
+  local tests=ON python=OFF gtest=()
   if [[ -n "$GTEST_DIR" ]]; then
-    gtest_arg=(-DKDAGRAPH_GTEST_SOURCE_DIR="$GTEST_DIR")
+    gtest=(-DKDAGRAPH_GTEST_SOURCE_DIR="$GTEST_DIR")
   else
-    echo "no GoogleTest sources found: tests are not built" >&2
+    echo "no GoogleTest sources (.gtest, /usr/src/googletest): the tests are not built"
     tests=OFF
   fi
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKDAGRAPH_CUDA_ARCHITECTURES="$ARCH" \
-    -DKDAGRAPH_BUILD_TESTS="$tests" "${gtest_arg[@]}" -DKDAGRAPH_WARNINGS_AS_ERRORS="${KDAGRAPH_WERROR:-OFF}" \
-    >"$OUT/cmake_configure.txt" 2>&1
+  # The extension needs nanobind and Python's headers; without them the Python stages fail, not the build.
+  if "$PYTHON" -m nanobind --cmake_dir >/dev/null 2>&1 &&
+    "$PYTHON" -c 'import os, sysconfig; assert os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null; then
+    python=ON
+  else
+    echo "no nanobind or no Python.h for $PYTHON: the extension is not built"
+  fi
+  x cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKDAGRAPH_CUDA_ARCHITECTURES="$ARCH" \
+    -DKDAGRAPH_BUILD_TESTS="$tests" "${gtest[@]}" -DKDAGRAPH_BUILD_PYTHON="$python" \
+    -DPython_EXECUTABLE="$(command -v "$PYTHON")" -DKDAGRAPH_WARNINGS_AS_ERRORS="${KDAGRAPH_WERROR:-OFF}" |
+    tee "$WORK/cmake_configure.txt"
   local rc=$?
-  cat "$OUT/cmake_configure.txt"
-  ((rc == 0)) || exit "$rc"
-  grep -q "CUDA backend ON" "$OUT/cmake_configure.txt" || { echo "the CUDA backend is OFF"; exit 1; }
-}
-
-stage_build() {
-  ninja -C "$BUILD" -j "$JOBS"
-}
-
-stage_gpu_tests() {
-  [[ -d "$BUILD/tests" ]] || { echo "tests were not built (no GoogleTest sources)"; exit 1; }
-  ctest --test-dir "$BUILD" -L gpu -j 8 --timeout 90 --no-tests=error --output-on-failure \
-    --output-junit "$OUT/ctest_gpu.xml"
-}
-
-# Each entry: binary (relative to the build dir) and a gtest filter; small enough to finish fast under
-# the sanitizer, and covering every kernel: index build, accept, state copy, verify (both head dims,
-# bf16, chunked tokens), and the Verifier's rounds.
-sanitize() {
-  local tool=$1
-  shift
-  local rc=0 spec bin filter log
-  command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer: not found"; exit "$EXIT_UNAVAILABLE"; }
-  log=$(mktemp)
-  for spec in "$@"; do
-    bin=${spec%%:*}
-    filter=${spec#*:}
-    echo "--- compute-sanitizer --tool $tool $bin --gtest_filter=$filter"
-    compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 "$BUILD/$bin" --gtest_filter="$filter" \
-      --gtest_brief=1 2>&1 | tee "$log" || rc=1
-    # Some virtualized GPUs refuse the sanitizer outright; that is no verdict on the kernels.
-    if grep -q -i "device not supported" "$log"; then
-      echo "compute-sanitizer cannot run on this machine's GPU"
-      exit "$EXIT_UNAVAILABLE"
-    fi
-  done
+  expect "the CUDA backend is ON" grep -q "CUDA backend ON" "$WORK/cmake_configure.txt"
   return "$rc"
 }
 
-stage_memcheck() {
-  sanitize memcheck \
-    "tests/indices_cuda_test:*" \
-    "tests/accept_cuda_test:*" \
-    "tests/state_copy_cuda_test:*" \
-    "tests/verify_cuda_test:*K64_T3_G2:*K128_T8_G1:VerifyCuda.*" \
-    "tests/verifier_cuda_test:*K64_io_bf16*" \
-    "tests/conv_cuda_test:*W4*C200*:ConvCuda.*"
+# The targets of the selected stages, @cuda_tests expanded from the build's own target list.
+build_targets() {
+  local name t out=()
+  for name in "${STAGE_NAMES[@]}"; do
+    selected "$name" || continue
+    for t in ${STAGE_TARGETS[$name]}; do
+      if [[ "$t" == @cuda_tests ]]; then
+        mapfile -t -O "${#out[@]}" out < <(ninja -C "$BUILD" -t targets all 2>/dev/null |
+          sed -n 's/^\([a-z0-9_]*_cuda_test\): phony$/\1/p' | grep -v '^cmake_')
+      else
+        out+=("$t")
+      fi
+    done
+  done
+  for t in "${out[@]}"; do
+    local option=${TARGET_OPTION[$t]:-}
+    if [[ -n "$option" ]] && grep -q "^$option:BOOL=OFF" "$BUILD/CMakeCache.txt" 2>/dev/null; then
+      echo "not built: $t ($option is OFF in this build)" >&2
+    else
+      echo "$t"
+    fi
+  done | sort -u
 }
 
-stage_racecheck() {
-  # Only the verify kernel shares memory between threads.
-  sanitize racecheck \
-    "tests/verify_cuda_test:*K128_T2_G2:VerifyCuda.LongDraftsStagedInChunks"
+stage_build() {
+  local targets
+  mapfile -t targets < <(build_targets)
+  echo "targets: ${targets[*]}"
+  # -k 0: a target that fails to compile leaves the others built, and their stages run.
+  x ninja -C "$BUILD" -k 0 -j "$JOBS" "${targets[@]}"
+  local rc=$?
+  # ptxas prints its report only when it compiles: keep it with the build, for a rerun that compiles less.
+  ((DRY)) || grep -E '^(ptxas |    [0-9]+ bytes stack frame)' "$WORK/build.log" >>"$BUILD/ptxas.log"
+  return "$rc"
 }
 
-stage_bench_verify() {
-  "$BUILD/profiling/bench_verify_cuda" --csv "$OUT/bench_verify_cuda.csv"
+stage_ptxas() {
+  x "$PYTHON" "$ROOT/profiling/ptxas_report.py" "$BUILD/ptxas.log" --md "$WORK/ptxas.md"
+  local rc=$?
+  [[ -f "$WORK/ptxas.md" ]] && { echo "ptxas (-Xptxas=-v of the library's CUDA sources):"; echo; cat "$WORK/ptxas.md"; } | section
+  return "$rc"
 }
 
-# Any other GPU benchmark the build produced: profiling/bench_*_cuda programs, and `kdagraph bench`.
+stage_gpu_tests() {
+  local again=()
+  ((${KDA_RETRY:-0})) && again=(--rerun-failed)
+  x ctest --test-dir "$BUILD" -L gpu -j "$JOBS" --timeout 60 --no-tests=error --output-on-failure "${again[@]}" \
+    --output-junit "$WORK/ctest_gpu.xml" | tee "$WORK/ctest_gpu.txt"
+  local rc=$?
+  note "$(grep -E 'tests passed' "$WORK/ctest_gpu.txt"); $(grep -c '(Skipped)' "$WORK/ctest_gpu.txt") skipped"
+  return "$rc"
+}
+
+# The package as `pip install .` lays it out, from this build: python/kdagraph, the extension and its
+# stubs; the command line on PATH. Its root is PYSTAGE.
+PYSTAGE=$BUILD/python-stage
+stage_python_package() {
+  if ((DRY)); then
+    [[ -f "$ROOT/python/kdagraph/__init__.py" ]] && dry_ok "the package from python/kdagraph and the _kdagraph target"
+    return
+  fi
+  rm -rf "$PYSTAGE"
+  mkdir -p "$PYSTAGE/kdagraph" "$PYSTAGE/bin"
+  ln -s "$ROOT"/python/kdagraph/* "$PYSTAGE/kdagraph/"
+  ln -s "$BUILD"/python/_kdagraph*.so "$BUILD/python/_kdagraph.pyi" "$PYSTAGE/kdagraph/" &&
+    ln -s "$BUILD/tools/kdagraph" "$PYSTAGE/bin/kdagraph"
+}
+
+stage_python_tests() {
+  stage_python_package || exit 1
+  local again=()
+  ((${KDA_RETRY:-0})) && again=(--last-failed)
+  x env PYTHONPATH="$PYSTAGE" PATH="$PYSTAGE/bin:$PATH" PYTHONUNBUFFERED=1 "$PYTHON" -m pytest -q -rs \
+    -o cache_dir="$BUILD/pytest_cache" "${again[@]}" --junitxml="$WORK/pytest.xml" "$ROOT/tests/python" |
+    tee "$WORK/pytest.txt"
+  local rc=$?
+  note "$(tail -n 1 "$WORK/pytest.txt")"
+  return "$rc"
+}
+
 # The command line end to end on the GPU, checked against the CPU two-phase reference (SPEC tolerances).
 stage_cli_check() {
   local rc=0 args
   for args in "" "--dtype bf16 --mode two-phase --exec eager" "--batch 24 --vary-batch --retire-rate 0.1" \
     "--mode replay --batch 24 --vary-batch --retire-rate 0.1 --state-dtype bf16" \
     "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10" "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10 --mode replay"; do
-    echo "--- kdagraph run --backend cuda --check $args"
     # shellcheck disable=SC2086  # the arguments are meant to split
-    "$BUILD/tools/kdagraph" run --backend cuda --check $args || rc=1
+    x "$BUILD/tools/kdagraph" run --backend cuda --check $args || rc=1
   done
   return "$rc"
 }
 
-stage_other_benches() {
-  local rc=0 ran=0 bench name
-  for bench in "$BUILD"/profiling/bench_*_cuda; do
-    [[ -x "$bench" ]] || continue
-    name=$(basename "$bench")
-    [[ "$name" == bench_verify_cuda ]] && continue
-    echo "--- $name"
-    "$bench" --csv "$OUT/$name.csv" || rc=1
-    ran=1
-  done
-  if [[ -x "$BUILD/tools/kdagraph" ]]; then
-    echo "--- kdagraph bench"
-    # shellcheck disable=SC2086  # the arguments are meant to split
-    # The graphs and replay issues' sweep: L = 20, HV = 16 (TP 2) and 32, T = 2 and 4, batch 1, 4, 16, 64,
-    # the three modes under graphs (every aim compares graph points; eager adds only time).
-    local preset trace=--node-trace
-    # Idle time between graph nodes needs CUPTI; without it the sweep still times every point.
-    grep -q "CUPTI not found" "$OUT/cmake_configure.txt" 2>/dev/null && trace=""
-    for preset in kimi-linear-48b-tp2 kimi-linear-48b; do
-      # shellcheck disable=SC2086  # the arguments are meant to split
-      "$BUILD/tools/kdagraph" bench ${KDAGRAPH_BENCH_ARGS:---backend cuda --preset $preset --drafts 1,3 --batches 1,4,16,64 --execs graph --rounds 30 $trace} \
-        --csv "$OUT/kdagraph_bench_$preset.csv" --md "$OUT/kdagraph_bench_$preset.md" || rc=1
-    done
-    ran=1
-  fi
-  if [[ -x "$BUILD/profiling/bench_conv" ]]; then
-    # The conv issue: its share of a layer and the two-phase conv scatter, then the fused round with the
-    # conv against the one without (aim: <= 1.05x at batch 1); the sweeps above ran with the conv.
-    echo "--- bench_conv --backend cuda"
-    "$BUILD/profiling/bench_conv" --backend cuda | tee "$OUT/bench_conv_cuda.md" || rc=1
-    for conv in "" --no-conv; do
-      # shellcheck disable=SC2086  # an empty $conv is no argument
-      "$BUILD/tools/kdagraph" bench --backend cuda --preset kimi-linear-48b-tp2 --modes fused-accept --execs graph \
-        --sampler in --drafts 3 --batches 1,16,128 --rounds 30 $conv --md "$OUT/kdagraph_bench_conv${conv}.md" || rc=1
-    done
-    ran=1
-  fi
-  ((ran)) || echo "no other GPU benchmark built"
-  return "$rc"
+# Issue 24's aim: capturing every bucket (here 35, up to 128) of an L = 20 round < 0.5 s in all, < 1 MiB
+# of graph memory per bucket.
+CAPTURE_PY='
+import json, sys
+r = json.load(open(sys.argv[1]))
+layers, buckets, largest = r["model"]["layers"], r["graphs_captured"], max(r["buckets"])
+total_s, all_mib = r["capture_ms"] / 1e3, r["graph_device_bytes"] / 2**20
+worst_mib = max(c["device_bytes"] for c in r["captures"]) / 2**20
+verdict = lambda ok: "pass" if ok else "miss"
+print(f"Capture, L = {layers}, {buckets} buckets (up to {largest}): {total_s:.3f} s in all (aim < 0.5 s: "
+      f"{verdict(total_s < 0.5)}); graph memory {all_mib:.2f} MiB in all, at most {worst_mib:.3f} MiB per bucket "
+      f"(aim < 1 MiB: {verdict(worst_mib < 1)})")'
+stage_capture() {
+  x "$BUILD/tools/kdagraph" run --backend cuda --preset kimi-linear-48b-tp2 --batch 128 --slots 128 --rounds 3 \
+    --json-file "$WORK/capture.json" || return 1
+  x "$PYTHON" -c "$CAPTURE_PY" "$WORK/capture.json" | section
 }
 
-echo "kdagraph GPU check: build $BUILD, architectures $ARCH, output $OUT, budget ${BUDGET_S}s"
-run_stage environment 30 stage_environment
-run_stage configure 90 stage_configure
-run_stage build 240 stage_build
-run_stage gpu_tests 150 stage_gpu_tests
-run_stage bench_verify 90 stage_bench_verify
-run_stage other_benches 150 stage_other_benches
-run_stage cli_check 60 stage_cli_check
-run_stage memcheck 120 stage_memcheck
-run_stage racecheck 90 stage_racecheck
-
-# The benchmarks' own tables (the verify's, the aims of each round sweep), then the summary, last.
-if [[ -f "$OUT/bench_verify.log" ]]; then
-  echo
-  sed -n '/^| HV /,$p' "$OUT/bench_verify.log"
-fi
-for md in "$OUT"/kdagraph_bench_*.md; do
-  if [[ -f "$md" ]]; then
+stage_bench_verify() {
+  x "$BUILD/profiling/bench_verify_cuda" --csv "$WORK/bench_verify_cuda.csv" | tee "$WORK/bench_verify_cuda.txt"
+  local rc=$?
+  # The device line, then the table's rows that carry an aim, and its last line.
+  {
+    grep -m 2 -E '^(device|verify):' "$WORK/bench_verify_cuda.txt"
     echo
-    echo "${md##*/}:"
-    sed -n '/^## Aims/,$p' "$md"
+    sed -n '/^| HV /,$p' "$WORK/bench_verify_cuda.txt" | awk -F'|' 'NR <= 2 || ($13 !~ /^ *- *$/ && NF > 10)'
+    tail -n 1 "$WORK/bench_verify_cuda.txt"
+  } | section
+  return "$rc"
+}
+
+# One kernel per layer (issue 21): the conv fused into the verify against the conv and verify as two
+# launches, per layer and for the round of 20 layers, batch 1 to 8, T 2 and 4, PDL on and then off.
+stage_conv_verify_bench() {
+  local rc=0
+  x "$BUILD/profiling/bench_conv_verify" --backend cuda --runs 200 | tee "$WORK/conv_verify_pdl.txt" || rc=1
+  x "$BUILD/profiling/bench_conv_verify" --backend cuda --runs 200 --no-pdl | tee "$WORK/conv_verify_no_pdl.txt" ||
+    rc=1
+  cat "$WORK"/conv_verify_pdl.txt "$WORK"/conv_verify_no_pdl.txt 2>/dev/null | section
+  return "$rc"
+}
+
+# Whole rounds (kdagraph bench): L = 20, HV = 16 (TP 2) and 32, T = 2 and 4, three batch sizes, the three
+# modes under graphs, sampler in and out of the graph; --node-trace for the idle time between nodes.
+stage_round_bench() {
+  local rc=0 preset trace=()
+  ninja -C "$BUILD" -t query kdagraph_cupti_trace >/dev/null 2>&1 && trace=(--node-trace)
+  for preset in kimi-linear-48b-tp2 kimi-linear-48b; do
+    x "$BUILD/tools/kdagraph" bench --backend cuda --preset "$preset" --drafts 1,3 --batches 1,16,64 --execs graph \
+      --rounds 30 "${trace[@]}" --csv "$WORK/kdagraph_bench_$preset.csv" --md "$WORK/kdagraph_bench_$preset.md" || rc=1
+  done
+  for preset in kimi-linear-48b-tp2 kimi-linear-48b; do
+    [[ -f "$WORK/kdagraph_bench_$preset.md" ]] || continue
+    echo "kdagraph bench --preset $preset:"
+    sed -n '/^## Aims/,$p' "$WORK/kdagraph_bench_$preset.md"
+  done | section
+  return "$rc"
+}
+
+stage_fla_peer() {
+  local wheel
+  wheel=$(fla_wheel)
+  if [[ -z "$wheel" ]]; then
+    unavailable "no fla-core wheel in .whl/ (pip download fla-core==0.6.0 --no-deps -d .whl, then carry .whl)"
+    wheel=$ROOT/.whl/fla_core-0.6.0-py3-none-any.whl
   fi
-done
-{
-  echo
-  echo "| stage | result | seconds |"
-  echo "|---|---|---:|"
-  for i in "${!STAGES[@]}"; do
-    echo "| ${STAGES[$i]} | ${RESULTS[$i]} | ${SECONDS_USED[$i]} |"
+  x "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$BUILD/fla_site" "$wheel" ||
+    return 1
+  stage_python_package || return 1
+  x env PYTHONPATH="$BUILD/fla_site:$PYSTAGE" PYTHONUNBUFFERED=1 "$PYTHON" "$ROOT/profiling/fla_peer.py" \
+    --csv "$WORK/fla_peer.csv" --md "$WORK/fla_peer.md"
+  local rc=$?
+  [[ -f "$WORK/fla_peer.md" ]] && section <"$WORK/fla_peer.md"
+  return "$rc"
+}
+
+# sanitize TOOL BINARY:FILTER...: compute-sanitizer over each gtest subset, all at once (one log each).
+sanitize() {
+  local tool=$1
+  shift
+  local sanitizer spec bin pids=() logs=() rc=0 i
+  sanitizer=$(sanitizer_path) || { unavailable "compute-sanitizer is not installed"; sanitizer=compute-sanitizer; }
+  for spec in "$@"; do
+    bin=${spec%%:*}
+    logs+=("$WORK/${tool}_$bin.log")
+    x "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 "$BUILD/tests/$bin" \
+      --gtest_filter="${spec#*:}" --gtest_brief=1 >"${logs[-1]}" 2>&1 &
+    pids+=($!)
   done
-  echo "total $(($(date +%s) - START))s; logs in $OUT"
-} | tee "$OUT/summary.md"
-if [[ -n "$RETURN_DIR" && "$RETURN_DIR" != "$OUT" ]]; then
-  tar czf "$RETURN_DIR/gpu_logs.tar.gz" -C "$OUT" .
-  for f in summary.md bench_verify_cuda.csv kdagraph_bench_kimi-linear-48b-tp2.md kdagraph_bench_kimi-linear-48b.md \
-    kdagraph_bench_kimi-linear-48b-tp2.csv kdagraph_bench_kimi-linear-48b.csv; do
-    [[ -f "$OUT/$f" ]] && cp "$OUT/$f" "$RETURN_DIR/"
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+  for i in "${!logs[@]}"; do
+    echo "--- ${logs[$i]##*/}"
+    tail -n 4 "${logs[$i]}"
   done
-fi
-if ((FAILED)); then
-  exit 1
-fi
-if ((UNAVAILABLE)); then
-  exit 3
-fi
-exit 0
+  # Some virtualized GPUs refuse the sanitizer outright; that is no verdict on the kernels.
+  grep -q -i "device not supported" "${logs[@]}" && unavailable "compute-sanitizer refuses this GPU"
+  return "$rc"
+}
+
+# Every kernel: index build, accept, state copy, verify (both head dims, bf16, long drafts staged in
+# chunks), the Verifier's modes, conv, and the ops over caller views (a device layer table with a null entry).
+stage_memcheck() {
+  sanitize memcheck \
+    "indices_cuda_test:*" \
+    "accept_cuda_test:*" \
+    "state_copy_cuda_test:*" \
+    "verify_cuda_test:*K64_T3_G2:*K128_T8_G1:VerifyCuda.LongDraftsStagedInChunks:VerifyCuda.Bf16WithinTolerance" \
+    "verifier_cuda_test:*K64_io_bf16*" \
+    "conv_cuda_test:*f32_W4_halves_C200_T3:ConvCuda.*" \
+    "ops_cuda_test:OpsCuda.*:*MatchTheVerifierBitwise/sglang:ConvVerifyCuda.FusedMatchesUnfusedForTheSanitizers"
+}
+
+stage_racecheck() {
+  # Only the verify kernels share memory between threads (ptxas: smem): alone and with the conv fused in.
+  sanitize racecheck "verify_cuda_test:*K128_T2_G2:VerifyCuda.LongDraftsStagedInChunks" \
+    "ops_cuda_test:ConvVerifyCuda.FusedMatchesUnfusedForTheSanitizers"
+}
+
+source "$ROOT/profiling/gpu_check_runner.sh"
+prepare_run
+for name in "${STAGE_NAMES[@]}"; do run_stage "$name"; done
+finish

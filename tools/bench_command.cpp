@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "kdagraph/host_engine.hpp"
+#include "kernels/cpu_isa.h"
 #include "kernels/stream.h"
+#include "profiling/launch_gate.h"
 #include "profiling/node_timeline.h"
 #if defined(KDAGRAPH_WITH_CUPTI)
 #include "profiling/node_trace.h"
@@ -42,6 +44,7 @@ struct BenchOptions {
   uint64_t seed = 1;
   bool conv = true;
   bool fuse_conv = true;
+  bool pdl = true;
   bool node_trace = false;
   std::string csv, md;
 };
@@ -77,6 +80,7 @@ OptionTable bench_options(BenchOptions& o) {
           [&o](const std::string& n, const std::string& v) { o.seed = uint64_t(parse_int(n, v, 0, INT64_MAX)); });
   add_conv_option(t, o.conv);
   add_unfused_conv_option(t, o.fuse_conv);
+  add_pdl_option(t, o.pdl);
   t.value("csv", "FILE", "write the results as CSV (profiling/plot.py draws them)",
           [&o](const std::string&, const std::string& v) { o.csv = v; });
   t.value("md", "FILE", "also write the markdown table to FILE",
@@ -170,12 +174,19 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   const int64_t tokens_before = engine.tokens_accepted();
   std::vector<double> host, device;
   for (int32_t r = 0; r < rounds; ++r) {
+    // The round's device time alone: the stream waits at the gate until the whole round is enqueued, so
+    // the host's launch latency counts in the host time, not in the device time.
+    profiling::LaunchGate gate(stream.get());
     round_start.record(stream.get());
     const auto t0 = std::chrono::steady_clock::now();
     engine.run_round(stream.get());
     host.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     round_end.record(stream.get());
-    if (device_timing) device.push_back(round_end.elapsed_ms_since(round_start));  // waits for the round's end
+    gate.open();
+    if (!device_timing) continue;
+    device.push_back(round_end.elapsed_ms_since(round_start));  // waits for the round's end
+    if (gate.timed_out())
+      throw Error("a timed round waited on its own stream behind the launch gate; its device time is not valid");
   }
   Result res;
   res.p = p;
@@ -229,7 +240,7 @@ std::string csv_text(const std::vector<Result>& results, const EngineSetup& base
   std::string out =
       "backend,mode,exec,sampler,layers,heads,value_heads,head_k,head_v,io_dtype,state_dtype,tokens,batch,"
       "bucket,rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs,"
-      "graph_nodes,graph_us_traced,idle_pct,largest_gap_us,conv_width\n";
+      "graph_nodes,graph_us_traced,idle_pct,largest_gap_us,conv_width,cpu_isa\n";
   const ModelShape& m = base.model;
   for (const Result& r : results) {
     out += std::string(to_string(base.backend)) + "," + to_string(r.p.mode) + "," + to_string(r.p.exec) +
@@ -241,7 +252,8 @@ std::string csv_text(const std::vector<Result>& results, const EngineSetup& base
            "," + fmt("%.6g", r.tokens_per_s) + "," + fmt("%.0f", r.state_bytes) + "," +
            fmt("%.6g", r.bandwidth_gbs) + "," + fmt("%.6g", ceiling) + "," + fmt("%.6g", r.graph_nodes) +
            "," + fmt("%.6g", r.graph_us) + "," + fmt("%.6g", r.idle_pct) + "," +
-           fmt("%.6g", r.largest_gap_us) + "," + std::to_string(engine_config(base).verifier.conv.width) + "\n";
+           fmt("%.6g", r.largest_gap_us) + "," + std::to_string(engine_config(base).verifier.conv.width) + "," +
+           to_string(cpu_isa()) + "\n";
   }
   return out;
 }
@@ -353,14 +365,18 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
       std::any_of(results.begin(), results.end(), [](const Result& r) { return !std::isnan(r.graph_us); });
   std::string out = "# kdagraph bench: " + std::string(to_string(base.backend)) + ", preset " + preset + " (" +
                     describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) +
-                    ", conv " + describe_conv(engine_config(base).verifier) + "\n\n";
+                    ", conv " + describe_conv(engine_config(base).verifier) + ", pdl " +
+                    describe_pdl(base.pdl, base.backend) + "\n\n";
   out +=
       "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
       (cuda ? "device-to-device cudaMemcpy" : "memcpy on the CPU cores") +
       ", bytes read + written). State GB/s: the bytes SPEC 7 says a round moves over " +
       (cuda ? "the device time" : "the host time") + ". " +
-      (cuda ? "Device time from CUDA events; host time is the launch cost of the round."
-            : "CPU timings: the CPU backend on this machine, not a GPU.") +
+      (cuda ? "Device time from CUDA events around the round, with every launch of the round queued before "
+              "the first event fires (the stream is held until then), so it is the device's time alone; host "
+              "time is the launch cost of the round."
+            : "CPU timings: the CPU backend on this machine, not a GPU; its kernels ran " +
+                  std::string(to_string(cpu_isa())) + " on " + std::to_string(cpu_threads()) + " threads.") +
       " Sampler `in`: sampler, accept (and the two-phase commit) inside the round; `out`: separate launches "
       "after it. Kernel nodes: of one captured round (graph points), the engine's input kernel of each layer "
       "included.";
@@ -408,6 +424,7 @@ int bench(BenchOptions o) {
   base.seed = o.seed;
   base.conv = o.conv;
   base.fuse_conv = o.fuse_conv;
+  base.pdl = o.pdl;
   const bool cuda = base.backend == Backend::cuda;
   if (o.node_trace && !cuda) throw UsageError("--node-trace: traces CUDA graphs, but the backend is the CPU");
   if (o.node_trace && std::find(o.execs.begin(), o.execs.end(), size_t(Exec::graph)) == o.execs.end())

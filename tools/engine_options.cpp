@@ -118,6 +118,7 @@ HostEngineConfig engine_config(const EngineSetup& e) {
   v.options.beta_is_logit = true;
   if (e.conv) v.conv = ConvShape{conv_channels(e.model), 4, ConvActivation::silu};
   v.fuse_conv = e.fuse_conv;
+  v.pdl = e.pdl;
   c.runner.buckets = e.buckets.empty() ? default_buckets(e.batch) : e.buckets;
   c.runner.exec = e.exec;
   c.runner.sampler_in_graph = e.sampler_in_graph;
@@ -176,6 +177,18 @@ std::string describe(const ConvShape& conv) {
   if (conv.width == 0) return "off (--no-conv): the recurrent part alone";
   return "W=" + std::to_string(conv.width) + (conv.activation == ConvActivation::silu ? " SiLU" : " linear") +
          ", no bias, C=" + std::to_string(conv.channels);
+}
+
+void add_pdl_option(OptionTable& t, bool& pdl) {
+  t.flag("no-pdl", "launch every kernel of a round only after the previous one has finished (by default each "
+         "may start early, programmatic dependent launch on sm_90 and later: SPEC 5)",
+         [&pdl] { pdl = false; });
+}
+
+std::string describe_pdl(bool pdl, Backend backend) {
+  if (!pdl) return "off (--no-pdl): each kernel starts after the previous one has finished";
+  if (backend == Backend::cpu) return "on (no effect on the CPU backend)";
+  return "on: each kernel of a round may start before the previous one finishes (sm_90 and later)";
 }
 
 std::string describe(const ModelShape& m) {

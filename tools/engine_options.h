@@ -63,6 +63,7 @@ struct EngineSetup {
   bool keep_outputs = false;
   bool conv = true;                  // Kimi-Linear's short convolution before each layer (W = 4, SiLU, no bias)
   bool fuse_conv = true;             // the conv fused into each layer's verify (VerifierConfig::fuse_conv)
+  bool pdl = true;                   // programmatic dependent launch of the round's kernels (SPEC §5)
 };
 HostEngineConfig engine_config(const EngineSetup& e);
 
@@ -74,6 +75,11 @@ void add_unfused_conv_option(OptionTable& table, bool& fuse_conv);
 std::string describe(const ConvShape& conv);
 // describe(v.conv), and with a conv whether it is fused into the verify.
 std::string describe_conv(const VerifierConfig& v);
+
+// --no-pdl: every kernel of a round waits for the previous one to finish (for A/B runs).
+void add_pdl_option(OptionTable& table, bool& pdl);
+// What the switch does on `backend` (on the CPU backend the kernels run one after another anyway).
+std::string describe_pdl(bool pdl, Backend backend);
 
 // What a mode costs (SPEC §3, §7), from the configuration alone.
 struct ModeFootprint {

@@ -14,6 +14,7 @@
 #include "tools/check.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/stream.h"
 #include "tools/device.h"
 #include "tools/engine_options.h"
@@ -40,6 +41,7 @@ struct RunOptions {
   uint64_t seed = 1;
   bool conv = true;
   bool fuse_conv = true;
+  bool pdl = true;
   bool check = false;
   bool json = false;
   std::string json_file;
@@ -82,6 +84,7 @@ OptionTable run_options(RunOptions& o) {
           });
   add_conv_option(t, o.conv);
   add_unfused_conv_option(t, o.fuse_conv);
+  add_pdl_option(t, o.pdl);
   t.flag("check", "rerun the rounds through the CPU two-phase eager reference and compare every round's "
          "outputs and every retired state (bitwise on the CPU); exit 3 on a difference",
          [&o] { o.check = true; });
@@ -158,6 +161,8 @@ void print_text(const RunReport& r) {
               r.opt.model.preset.c_str(), describe(v.model).c_str(), v.tokens, v.tokens - 1, r.cfg.batch,
               v.pool.slots, to_string(v.io_dtype), to_string(v.pool.state_dtype));
   std::printf("  backend             %s\n", to_string(v.backend));
+  std::printf("  cpu kernels         %s, %d threads (%s)\n", to_string(cpu_isa()), cpu_threads(),
+              v.backend == Backend::cpu ? "the backend" : "the CPU reference only");
   std::printf("  mode                %s\n", to_string(v.mode));
   if (r.cfg.runner.exec == Exec::graph)
     std::printf("  exec                graph: %d buckets (%s) captured in %s ms, %s MiB of device memory, %d kernel "
@@ -182,6 +187,7 @@ void print_text(const RunReport& r) {
     std::printf(": state %s KiB per slot, scratch %s KiB", fmt("%.4g", double(fp.conv_state_bytes_per_slot) / 1024).c_str(),
                 fmt("%.4g", double(fp.conv_scratch_bytes_per_slot) / 1024).c_str());
   std::printf("\n");
+  std::printf("  pdl                 %s\n", describe_pdl(v.pdl, v.backend).c_str());
   std::string per_rows;
   for (const auto& [rows, count] : r.rounds_per_rows)
     per_rows += (per_rows.empty() ? "" : ", ") + std::to_string(rows) + " rows x" + std::to_string(count);
@@ -215,7 +221,8 @@ std::string to_json(const RunReport& r) {
   j.field("tokens", v.tokens).field("draft", v.tokens - 1).field("batch", r.cfg.batch).field("slots", v.pool.slots);
   j.field("io_dtype", to_string(v.io_dtype)).field("state_dtype", to_string(v.pool.state_dtype));
   j.field("backend", to_string(v.backend)).field("mode", to_string(v.mode)).field("exec", to_string(r.cfg.runner.exec));
-  j.field("sampler_in_graph", r.cfg.runner.sampler_in_graph);
+  j.field("cpu_isa", to_string(cpu_isa())).field("cpu_threads", cpu_threads());
+  j.field("sampler_in_graph", r.cfg.runner.sampler_in_graph).field("pdl", v.pdl);
   const ModeFootprint fp = mode_footprint(v);
   j.field("state_transfers_per_round", fp.transfers);
   j.field("state_bytes_per_round", fp.state_bytes_per_row * r.cfg.batch);
@@ -297,6 +304,7 @@ int run(const RunOptions& o) {
   setup.keep_outputs = o.check;
   setup.conv = o.conv;
   setup.fuse_conv = o.fuse_conv;
+  setup.pdl = o.pdl;
 
   RunReport report;
   report.opt = o;

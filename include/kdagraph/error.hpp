@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace kdagraph {
 
@@ -40,6 +41,15 @@ inline void require_in_range(const char* where, const char* argument, int64_t va
 
 inline void require(bool ok, const char* where, const char* argument, const std::string& what) {
   if (!ok) detail::throw_invalid(where, argument, what);
+}
+inline void require(bool ok, const char* where, const char* argument, const char* what) {
+  if (!ok) detail::throw_invalid(where, argument, what);
+}
+// The message made by `what()` only when the check fails: checks on a round's path allocate nothing
+// when they pass (an eager round allocates nothing).
+template <class Message, std::enable_if_t<std::is_invocable_r_v<std::string, Message&>, int> = 0>
+inline void require(bool ok, const char* where, const char* argument, Message&& what) {
+  if (!ok) detail::throw_invalid(where, argument, what());
 }
 
 }  // namespace kdagraph

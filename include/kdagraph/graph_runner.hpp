@@ -50,7 +50,9 @@ void enqueue_host(const Stream& s, std::function<void()> fn);
 // every layer before any of the round's work is enqueued (all are checked first, so a bad one changes
 // nothing): they name buffers and must not depend on before_layer having run.
 struct RoundHooks {
-  // Work before layer `layer`'s verify (a model's projections producing its inputs). Optional.
+  // Work before layer `layer`'s verify (a model's projections producing its inputs). Optional. With
+  // VerifierConfig::pdl the layer's conv or verify may start before this work finishes: it must not
+  // write the state rows they read (include/kdagraph/ops.hpp, programmatic dependent launch).
   std::function<void(const Stream&, int32_t layer, int32_t rows)> before_layer;
   // Layer `layer`'s inputs, sized for the verifier's max_rows. Required.
   std::function<LayerInputs(int32_t layer)> layer_inputs;

@@ -18,6 +18,19 @@
 // argument, its value and the allowed range; a refused call changes nothing. What only the device can
 // see (an accept length written by another kernel, a null entry in a device-resident layer table) is
 // clamped to a safe value and recorded in SlotStorage::errors.
+//
+// Programmatic dependent launch (SPEC §5, RoundSpec::pdl, on by default on sm_90 and later): each kernel
+// of a round may start while the kernel before it on the stream is still running. Before its wait on
+// that kernel it reads only what earlier rounds wrote (the seed rows of the pool or scratch, replay's
+// token cache rows, conv state columns, weights and gate parameters); the inputs of this round (q, k, v,
+// g, beta, x, the indices, accept lengths) only after. So does the first kernel of ours after a kernel
+// of the engine's: an engine kernel placed just before a verify_layer, conv_layer, materialize or commit
+// (its projections, its own attention or MoE, a state copy of its own) must not write the state rows,
+// scratch rows, token cache rows or conv state the next operation reads for its batch, or that operation
+// may read them before the engine's kernel has written them. Writes to that operation's inputs are
+// fine. Where an engine's kernel must write such rows, run the round with pdl = false, or enqueue
+// between the two a kernel that lets its dependents start only after it has waited for that one (or that
+// never triggers early). build_slot_indices and short_conv launch plainly.
 #pragma once
 
 #include <cstdint>
@@ -88,6 +101,9 @@ struct RoundSpec {
   VerifyOptions options;
   Mode mode = Mode::fused_accept;
   ConvShape conv;         // the layers' short convolution; width 0: none
+  // Programmatic dependent launch of the round's kernels (see the top of this file); false launches each
+  // only after the previous one has finished (for A/B runs). Ignored where the device has no PDL.
+  bool pdl = true;
 };
 
 // One layer's inputs for a batch of rows, in backend memory, row-major with the last dim contiguous, in
@@ -176,7 +192,9 @@ struct ShortConvCall {
   const float* weight = nullptr;  // [C, W]
   const float* bias = nullptr;    // [C], optional
   void* y = nullptr;
-  StateView conv_state;                  // one layer, rows N: row state_indices[b] is batch row b's
+  // One layer, rows N: row state_indices[b] is batch row b's. Any C (SPEC §11): the base and the row
+  // stride need only be element-aligned here, not 16-byte aligned as a round's views are.
+  StateView conv_state;
   const int32_t* state_indices = nullptr;  // [B] negative: a padded row (zero output, nothing read or written)
   const int32_t* num_accepted = nullptr;   // [B] the window starts at column max(a - 1, 0)
   DeviceErrorWord* errors = nullptr;       // optional: clamped accept lengths, rows outside [0, N)
@@ -199,6 +217,9 @@ struct IndexedRows {
   const int32_t* seed_row = nullptr;    // [rows] the seed is row seed_row[n] of `seeds` ...
   const int32_t* seed_token = nullptr;  // ... or [rows] row write_row[n][seed_token[n] - 1] of `states`
   const int32_t* write_row = nullptr;   // [rows, T] the row of `states` the post-state of token t goes to
+  // false: a frozen verify (FlashInfer's disable_state_update): the same seeds and outputs, no state row
+  // written. write_row is then read only to find a seed_token's row.
+  bool write_states = true;
 };
 
 namespace ops {

@@ -4,7 +4,7 @@ Where engines already call a function, kdagraph offers the same signature and se
 switch by changing an import:
 
 - ``build_fused_accept_indices`` (SGLang's keyword signature);
-- ``recurrent_kda`` (FlashInfer's signature, spec-decode semantics).
+- ``recurrent_kda`` (FlashInfer 0.7's signature, spec-decode semantics, its frozen verify).
 
 Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-accept offset window, SPEC
 §9), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``, ``RoundIndices``,
@@ -13,7 +13,11 @@ Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-ac
 
 Arrays are anything with ``__dlpack__`` (numpy, torch, cupy) and numpy arrays of ``ml_dtypes.bfloat16``;
 they are used in place, never copied: float32 or bfloat16 inputs and states, int32 indices, C-contiguous,
-CPU arrays on the CPU backend and CUDA arrays on the CUDA backend. A bad argument raises
+CPU arrays on the CPU backend and CUDA arrays on the CUDA backend. The drop-ins also take state pools
+whose slot stride exceeds a state (SGLang's per-slot envelopes; the inner dimensions compact), and int64
+indices, converted to int32 on the host or on the call's stream, but refused on a stream that is
+capturing a CUDA graph (the copy would be an allocation inside the capture). Tensors that require grad
+are plain memory to kdagraph: it has no autograd, and its outputs do not require grad. A bad argument raises
 ``kdagraph.InvalidArgument`` (a ``ValueError`` whose ``argument`` names it); a CUDA failure raises
 ``RuntimeError``. ``stream`` is an integer handle (or a ``torch.cuda.Stream``); by default the current
 stream of the arrays' framework when it is imported (torch's for torch tensors, cupy's
@@ -112,15 +116,44 @@ def _host_view(x: Array):
     if isinstance(x, np.ndarray):
         return x
     if type(x).__module__.split(".")[0] == "torch":
-        return x.numpy()
+        return x.detach().numpy()
     return np.from_dlpack(x)
 
 
-def _int32(x: Array) -> Array:
-    """int64 indices as int32 (engines often keep slots as int64; the few bytes are converted)."""
-    if str(getattr(x, "dtype", "")).endswith("int64"):
-        return x.to(dtype=__import__("torch").int32) if _framework(x) == "torch" else x.astype("int32")
-    return x
+def _indices(x: Array, name: str, stream: Any, reference: Array) -> Array:
+    """An index array as the extension takes it (int32). int64, torch's default integer type, is taken
+    as FlashInfer takes it, converted to an int32 copy by the array's own framework: on the host, or on
+    the stream the call enqueues on (resolved as for `reference`). On a stream that is capturing a CUDA
+    graph that copy would be an allocation and a kernel hidden in the capture, kept alive by nothing the
+    graph owns, so there int64 is refused by name: pass int32. Other dtypes go on to the extension, which
+    refuses them by name."""
+    if x is None or not str(getattr(x, "dtype", "")).endswith("int64"):
+        return x
+    kind = type(x).__module__.split(".")[0]
+    if _is_host(x):
+        import numpy as np
+
+        h = _host_view(x)
+        wide = (h < -2**31) | (h >= 2**31)
+        if wide.any():
+            at = tuple(int(j) for j in np.argwhere(wide)[0])
+            raise _bad(name, f"{list(at)} = {int(h[at])} does not fit int32")
+        return x.to(dtype=sys.modules["torch"].int32) if kind == "torch" else h.astype(np.int32)
+    handle, capturing = _kdagraph._call_stream(stream, reference)
+    if capturing:
+        raise _bad(name, "is int64 on a stream that is capturing a CUDA graph: its int32 copy would be an "
+                         "allocation inside the capture; pass int32 indices to a captured call")
+    if kind == "torch":
+        torch = sys.modules["torch"]
+        current = torch.cuda.current_stream(x.device)
+        on = current if current.cuda_stream == handle else torch.cuda.ExternalStream(handle, device=x.device)
+        with torch.cuda.stream(on):
+            return x.to(dtype=torch.int32)
+    if kind == "cupy":
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.ExternalStream(handle):
+            return x.astype(cupy.int32)
+    raise _bad(name, f"is int64 in device memory of {type(x).__name__}: pass int32")
 
 
 def _new(ref: Array, shape, dtype: str, fill: Optional[int] = None) -> Array:
@@ -176,11 +209,13 @@ def build_fused_accept_indices(*, slots: Array, scratch_steps: int, draft_token_
     scratch rows ``slots[n] * scratch_steps + t`` of its slot; a padded row (slot -1) is fully negative and
     gathers its length from slot 0 (always in range), a real row from ``accept_lens_pool[slot]``. On the
     host a slot outside [-1, P) or repeated is refused; on the device it makes its row padding and is
-    recorded (``device_errors``).
+    recorded (``device_errors``). ``slots`` and ``accept_lens_pool`` are int32, or int64 converted as
+    ``recurrent_kda`` converts its indices.
     """
     if getattr(slots, "ndim", None) != 1:
         raise _bad("slots", f"must be a 1-D array of slots, got {type(slots).__name__} of shape {getattr(slots, 'shape', None)}")
-    slots = _int32(slots)
+    slots = _indices(slots, "slots", stream, slots)
+    accept_lens_pool = _indices(accept_lens_pool, "accept_lens_pool", stream, slots)
     T, S = int(draft_token_num), int(scratch_steps)
     if S < 1:
         raise _bad("scratch_steps", f"= {S} must be at least 1")
@@ -206,16 +241,18 @@ def build_fused_accept_indices(*, slots: Array, scratch_steps: int, draft_token_
 # ---- FlashInfer: recurrent_kda -------------------------------------------------------------------
 
 def _check_host_indices(B: int, T: int, states_rows: int, write_row, seed_token, seed_row, seeds_rows: int,
-                        names: dict) -> None:
+                        names: dict, writes: bool) -> None:
     """What only the host can check before the verify, on host arrays: every index in range, every
-    accept length in [1, T], no state row written twice or read by one row while another writes it."""
+    accept length in [1, T], and when the call `writes` states, no state row written twice or read by one
+    row while another writes it. `write_row` None: a frozen verify's own rows, which name nothing."""
     import numpy as np
 
-    w = _host_view(write_row).reshape(B, T)
-    over = w >= states_rows
-    if over.any():
-        b, t = (int(x) for x in np.argwhere(over)[0])
-        raise _bad(names["write_row"], f"[{b}, {t}] = {int(w[b, t])} is outside the state's {states_rows} rows")
+    w = None if write_row is None else _host_view(write_row).reshape(B, T)
+    if w is not None:
+        over = w >= states_rows
+        if over.any():
+            b, t = (int(x) for x in np.argwhere(over)[0])
+            raise _bad(names["write_row"], f"[{b}, {t}] = {int(w[b, t])} is outside the state's {states_rows} rows")
     if seed_token is not None:
         a = _host_view(seed_token)
         live = w.max(axis=1) >= 0
@@ -231,6 +268,8 @@ def _check_host_indices(B: int, T: int, states_rows: int, write_row, seed_token,
             b = int(over.nonzero()[0][0])
             raise _bad(names["seed_row"], f"[{b}] = {int(r[b])} is outside the {seeds_rows} rows it indexes")
         seed = r
+    if not writes:
+        return
     padded = seed < 0
     written = w[~padded]
     written = written[written >= 0]
@@ -243,6 +282,21 @@ def _check_host_indices(B: int, T: int, states_rows: int, write_row, seed_token,
                 raise _bad(names["write_row"], f"row {owner[int(seed[b])]} writes state row {int(seed[b])}, the seed of row {b}")
 
 
+# FlashInfer 0.7's recurrent_kda options kdagraph does not implement, with the value that leaves each
+# unused (the default, which a caller may also pass explicitly). Any other value is refused by name.
+_UNIMPLEMENTED = {
+    "seq_order": None,                  # packed-prefill scheduling
+    "prefill_workspace": None,          # prefill backends' workspace
+    "state_checkpoints": None,          # prefill checkpoints
+    "checkpoint_cu_starts": None,
+    "checkpoint_every_n_tokens": 0,
+    "checkpoint_state_indices": None,
+    "correction_cache": None,           # frozen verify's recovery caches
+    "kg_cache": None,
+}
+_BACKENDS = (None, "auto")  # FlashInfer's choice among its own implementations; kdagraph has one per device
+
+
 def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Optional[Array] = None,
                   dt_bias: Optional[Array] = None, scale: Optional[float] = None,
                   initial_state: Optional[Array] = None, output_final_state: bool = False,
@@ -251,28 +305,60 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
                   ssm_state_indices: Optional[Array] = None, num_spec_tokens: Optional[int] = None,
                   num_accepted_tokens: Optional[Array] = None, output: Optional[Array] = None,
                   initial_state_source: Optional[Array] = None, initial_state_indices: Optional[Array] = None,
-                  beta_is_logit: bool = False, *, stream: Any = None) -> Tuple[Array, Optional[Array]]:
-    """FlashInfer's recurrent KDA with spec-decode semantics (SPEC §1, §11).
+                  beta_is_logit: bool = False, seq_order: Optional[Array] = None, prefill_workspace: Any = None,
+                  state_checkpoints: Optional[Array] = None, checkpoint_cu_starts: Optional[Array] = None,
+                  checkpoint_every_n_tokens: int = 0, checkpoint_state_indices: Optional[Array] = None, *,
+                  disable_state_update: bool = False, correction_cache: Optional[Array] = None,
+                  kg_cache: Optional[Array] = None, backend: Optional[str] = "auto",
+                  stream: Any = None) -> Tuple[Array, Optional[Array]]:
+    """FlashInfer 0.7's recurrent KDA with spec-decode semantics (SPEC §1, §11), its signature as is.
 
     q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g ``[B, T, HV, K]`` (log decay, or the raw gate input with
     ``use_gate_in_kernel``, then ``A_log [HV]`` and ``dt_bias [HV * K]`` fp32), beta ``[B, T, HV]``; or the
     packed ``[1, B * T, ...]`` form with ``cu_seqlens [B + 1]`` of B sequences of one length T. The state
-    ``initial_state [N, HV, V, K]`` (fp32 or bf16, V-major) is updated in place:
+    ``initial_state [N, HV, V, K]`` (fp32 or bf16, V-major) is updated in place; its slot stride (dimension
+    0) may be any multiple of 16 bytes that holds a state (SGLang's per-slot envelopes), the rest compact:
 
     - spec decode, ``ssm_state_indices [B, T]``: the post-state of token t goes to row
       ``ssm_state_indices[b, t]`` (negative: not written); the seed is row
-      ``ssm_state_indices[b, num_accepted_tokens[b] - 1]`` (``num_accepted_tokens`` None: 1), or, with
-      ``initial_state_source``, row ``initial_state_indices[b]`` of that separate read-only pool;
+      ``ssm_state_indices[b, num_accepted_tokens[b] - 1]`` (``num_accepted_tokens`` None: 1);
     - decode (T = 1) with ``ssm_state_indices [B]``: row ``ssm_state_indices[b]`` is the seed and takes the
-      new state; without indices, row b (``num_spec_tokens`` set: rows ``b * T + t``, as FlashInfer).
+      new state; without indices, row b (``num_spec_tokens`` set: rows ``b * T + t``, as FlashInfer);
+    - ``initial_state_source [N0, HV, V, K]`` with ``initial_state_indices [B]`` (FlashInfer 0.7): the seed is
+      row ``initial_state_indices[b]`` of that read-only pool whatever ``num_accepted_tokens`` says;
+    - ``disable_state_update=True`` (FlashInfer 0.7's frozen verify): the outputs from the seed the same
+      call would use, no state row written (``initial_state`` may be None with a source); as FlashInfer's
+      frozen mode, ``ssm_state_indices [B]`` names each row's seed at any T, no indices seed row b, and
+      ``output_final_state=True`` is refused.
 
-    A negative seed index marks a padded row: zero output, nothing read or written. Returns
-    ``(output [B, T, HV, V] in q's dtype and form, initial_state if output_final_state else None)``.
+    A negative seed index marks a padded row: zero output, nothing read or written. Index arrays are
+    int32, or int64 as torch makes them, converted to an int32 copy (on the host, or on the call's stream)
+    except on a stream that is capturing a CUDA graph, where int64 is refused: pass int32 to captured calls.
+    Tensors that require grad are read and written as plain memory: kdagraph records no autograd graph,
+    and its outputs do not require grad.
+
+    Returns ``(output [B, T, HV, V] in q's dtype and form, initial_state if output_final_state else None)``.
     Cases FlashInfer leaves undefined (an accept length outside [1, T], indices outside the state, a
     state row written twice, shapes that disagree, sequences of different lengths) raise
-    ``InvalidArgument`` naming the argument; on the device, where the host cannot look, lengths are
-    clamped and out-of-range rows skipped, both recorded in ``device_errors("cuda")``.
+    ``InvalidArgument`` naming the argument; so do FlashInfer 0.7 options kdagraph does not implement
+    (``seq_order``, ``prefill_workspace``, ``state_checkpoints``, ``checkpoint_cu_starts``,
+    ``checkpoint_every_n_tokens``, ``checkpoint_state_indices``, ``correction_cache``, ``kg_cache``, and a
+    ``backend`` other than "auto"), each with nothing changed. On the device, where the host cannot look,
+    lengths are clamped and out-of-range rows skipped, both recorded in ``device_errors("cuda")``.
     """
+    given = dict(seq_order=seq_order, prefill_workspace=prefill_workspace, state_checkpoints=state_checkpoints,
+                 checkpoint_cu_starts=checkpoint_cu_starts, checkpoint_every_n_tokens=checkpoint_every_n_tokens,
+                 checkpoint_state_indices=checkpoint_state_indices, correction_cache=correction_cache,
+                 kg_cache=kg_cache)
+    for name, unused in _UNIMPLEMENTED.items():
+        value = given[name]
+        if (value is not None) if unused is None else (value != unused):
+            raise _bad(name, "is a FlashInfer 0.7 option kdagraph does not implement; leave it at its default "
+                             f"({unused!r})")
+    if backend not in _BACKENDS:
+        raise _bad("backend", f"= {backend!r} selects one of FlashInfer's implementations; kdagraph has one per "
+                              "device: leave it at 'auto' (or None)")
+    frozen = bool(disable_state_update)
     for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("initial_state", initial_state),
                     ("initial_state_source", initial_state_source), ("output", output)):
         if x is None and name not in ("q", "k", "v", "g", "beta"):
@@ -319,47 +405,68 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     if (initial_state_source is None) != (initial_state_indices is None):
         missing = "initial_state_indices" if initial_state_indices is None else "initial_state_source"
         raise _bad(missing, "is None: initial_state_source and initial_state_indices come together")
-    if initial_state_source is not None and num_accepted_tokens is not None:
-        raise _bad("num_accepted_tokens", "is set with initial_state_source: the seed is initial_state_indices' row")
+    if frozen:
+        if output_final_state:
+            raise _bad("output_final_state", "is True with disable_state_update: a frozen verify writes no state to return")
+        if initial_state is None and initial_state_source is None:
+            raise _bad("initial_state", "is None: a frozen verify (disable_state_update) seeds from initial_state "
+                                        "or initial_state_source")
+    ssm_state_indices = _indices(ssm_state_indices, "ssm_state_indices", stream, q)
+    num_accepted_tokens = _indices(num_accepted_tokens, "num_accepted_tokens", stream, q)
+    initial_state_indices = _indices(initial_state_indices, "initial_state_indices", stream, q)
 
-    # Which rows the verify seeds from and writes to.
+    # Which rows the verify seeds from and writes to. A frozen verify seeds as the updating call would
+    # and writes nothing; its write rows then only locate a seed_token's row (None: its own, unread).
     names = {"states": "initial_state", "seeds": "initial_state", "write_row": "ssm_state_indices",
              "seed_row": "ssm_state_indices", "seed_token": "num_accepted_tokens", "output": "output"}
     seed_row = seed_token = None
+    checked_write_row = None
     if ssm_state_indices is not None and len(ssm_state_indices.shape) == 2:
         if tuple(ssm_state_indices.shape) != (B, T):
             raise _bad("ssm_state_indices", f"has shape {tuple(ssm_state_indices.shape)}; expected [B, T] = [{B}, {T}]")
-        if initial_state is None:
+        if initial_state is None and not frozen:
             raise _bad("initial_state", "is None: spec decode writes into the state pool ssm_state_indices names")
-        write_row = ssm_state_indices
+        write_row = checked_write_row = ssm_state_indices
         if initial_state_source is None:
             seed_token = num_accepted_tokens if num_accepted_tokens is not None else _ones(q, B)
     elif ssm_state_indices is not None:
         if len(ssm_state_indices.shape) != 1 or int(ssm_state_indices.shape[0]) != B:
             raise _bad("ssm_state_indices", f"has shape {tuple(ssm_state_indices.shape)}; expected [B, T] or, at T = 1, [B]")
-        if T != 1:
+        if T != 1 and not frozen:
             raise _bad("ssm_state_indices", f"is [B] but T = {T}: a verify of T > 1 tokens needs [B, T] (spec decode)")
-        if num_accepted_tokens is not None:
+        if num_accepted_tokens is not None and initial_state_source is None:
             raise _bad("num_accepted_tokens", "is set without spec decode (ssm_state_indices [B, T])")
-        if initial_state is None:
+        if initial_state is None and not frozen:
             raise _bad("initial_state", "is None: ssm_state_indices names rows of the state pool")
-        write_row = ssm_state_indices.reshape(B, 1)
+        if T == 1:
+            write_row = checked_write_row = ssm_state_indices.reshape(B, 1)
+        else:
+            write_row = _identity_rows(q, B, T)
         seed_row = ssm_state_indices
         names["write_row"] = names["seed_row"] = "ssm_state_indices"
     else:
-        if num_accepted_tokens is not None and num_spec_tokens is None:
+        if num_accepted_tokens is not None and num_spec_tokens is None and initial_state_source is None:
             raise _bad("num_accepted_tokens", "is set without spec decode (ssm_state_indices or num_spec_tokens)")
-        if T != 1 and num_spec_tokens is None:
+        if T != 1 and num_spec_tokens is None and not frozen:
             raise _bad("q", f"holds T = {T} tokens per sequence: more than one needs num_spec_tokens or ssm_state_indices [B, T]")
         write_row = _identity_rows(q, B, T)
         names["write_row"] = "initial_state (rows b * T + t)"
-        if initial_state is None:
+        if initial_state is None and not frozen:
             initial_state = _new(q, (B * T, HV, V, K), "float32", fill=0)
-        if T == 1:
+        if frozen:
+            if num_accepted_tokens is not None and initial_state_source is None:
+                raise _bad("num_accepted_tokens", "is set with disable_state_update and no ssm_state_indices: the "
+                                                  "frozen verify seeds row b")
+            seed_row = _identity_rows(q, B, 1).reshape(B)
+            names["seed_row"] = "initial_state (row b)"
+        elif T == 1:
+            checked_write_row = write_row
             seed_row = write_row.reshape(B)
             names["seed_row"] = "initial_state (row b)"
-        elif initial_state_source is None:
-            seed_token = num_accepted_tokens if num_accepted_tokens is not None else _ones(q, B)
+        else:
+            checked_write_row = write_row
+            if initial_state_source is None:
+                seed_token = num_accepted_tokens if num_accepted_tokens is not None else _ones(q, B)
     seeds = None
     if initial_state_source is not None:
         if tuple(initial_state_indices.shape) != (B,):
@@ -367,27 +474,33 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
         seeds, seed_row, seed_token = initial_state_source, initial_state_indices, None
         names["seeds"] = "initial_state_source"
         names["seed_row"] = "initial_state_indices"
+        if frozen:  # nothing is written: the write rows are not read, and the source may stand in for the pool
+            checked_write_row = None
+            if initial_state is None:
+                initial_state = initial_state_source
+                names["states"] = "initial_state_source"
 
     for name, x, shape in (("ssm_state_indices", ssm_state_indices, None), ("num_accepted_tokens", num_accepted_tokens, (B,)),
                            ("initial_state_indices", initial_state_indices, (B,))):
         if x is not None:
             if "int32" not in str(getattr(x, "dtype", "")):
-                raise _bad(name, f"has dtype {getattr(x, 'dtype', type(x).__name__)}; expected int32")
+                raise _bad(name, f"has dtype {getattr(x, 'dtype', type(x).__name__)}; expected int32 (or int64)")
             if shape is not None and tuple(x.shape) != shape:
                 raise _bad(name, f"has shape {tuple(x.shape)}; expected {list(shape)}")
     if _is_host(q):
         if initial_state is not None and len(initial_state.shape) != 4:
-            raise _bad("initial_state", f"has shape {tuple(initial_state.shape)}; expected [N, HV, V, K]")
+            raise _bad(names["states"], f"has shape {tuple(initial_state.shape)}; expected [N, HV, V, K]")
         seeds_rows = int((seeds if seeds is not None else initial_state).shape[0])
-        _check_host_indices(B, T, int(initial_state.shape[0]), write_row, seed_token, seed_row, seeds_rows, names)
+        _check_host_indices(B, T, int(initial_state.shape[0]), checked_write_row, seed_token, seed_row, seeds_rows,
+                            names, writes=not frozen)
 
     if output is None:
         output = _new(q, (B, T, HV, V), "like")
     _kdagraph._verify_indexed(q, k, v, g, beta, output, initial_state, seeds, seed_row, seed_token, write_row,
                               A_log if use_gate_in_kernel else None, dt_bias if use_gate_in_kernel else None,
                               bool(use_qk_l2norm_in_kernel), scale, gate,
-                              float(lower_bound) if lower_bound is not None else -5.0, bool(beta_is_logit), stream,
-                              names)
+                              float(lower_bound) if lower_bound is not None else -5.0, bool(beta_is_logit),
+                              not frozen, stream, names)
     if packed_shape is not None:
         output = output.reshape((1, B * T, HV, V))
     return output, (initial_state if output_final_state else None)
@@ -402,10 +515,11 @@ def short_conv(x: Array, conv_state: Array, weight: Array, bias: Optional[Array]
 
     x ``[B, T, C]`` (the q, k and v projections concatenated; float32 or bfloat16), weight ``[C, W]``
     float32 (W = 2 to 4), bias ``[C]`` float32 or None, ``activation`` "silu" or "none" ("linear", None):
-    ``y_t[c] = act(sum_j weight[c, j] * x_{t-W+1+j}[c] + bias[c])`` in fp32, y in x's dtype. The conv state
-    ``conv_state [N, W - 2 + S, C]`` (x's dtype, S >= T; rows of 16-byte multiples) is updated in place:
-    batch row b uses state row ``state_indices[b]`` (int32, or int64 converted), whose window of the W - 1
-    inputs before x_1 starts at column ``o = max(num_accepted_tokens[b] - 1, 0)``; afterwards columns
+    ``y_t[c] = act(sum_j weight[c, j] * x_{t-W+1+j}[c] + bias[c])`` in fp32, y in x's dtype, any C >= 1. The
+    conv state ``conv_state [N, W - 2 + S, C]`` (x's dtype, S >= T; compact rows at any row stride, e.g. a
+    view into per-slot envelopes) is updated in place: batch row b uses state row ``state_indices[b]``,
+    whose window of the W - 1 inputs before x_1 starts at column ``o = max(num_accepted_tokens[b] - 1, 0)``
+    (both int32, or int64 converted as ``recurrent_kda`` converts them); afterwards columns
     ``[0, W - 2)`` hold ``[o + 1, o + W - 1)`` and ``[W - 2, W - 2 + T)`` hold x_1..x_T, so the next
     call's window is at the accept length of this round's tokens. A negative ``state_indices[b]`` marks a
     padded row: zero output, nothing read or written. Returns y ``[B, T, C]`` (``output`` when given).
@@ -418,7 +532,8 @@ def short_conv(x: Array, conv_state: Array, weight: Array, bias: Optional[Array]
                     ("num_accepted_tokens", num_accepted_tokens)):
         if not hasattr(a, "shape"):
             raise _bad(name, f"is not an array: {type(a).__name__}")
-    state_indices = _int32(state_indices)
+    state_indices = _indices(state_indices, "state_indices", stream, x)
+    num_accepted_tokens = _indices(num_accepted_tokens, "num_accepted_tokens", stream, x)
     # What only the host can check, once the shapes agree (else the extension names what disagrees).
     shapes_agree = len(x.shape) == 3 and len(weight.shape) == 2 and len(conv_state.shape) == 3 and \
         2 <= int(weight.shape[1]) <= 4 and int(x.shape[2]) == int(weight.shape[0]) == int(conv_state.shape[2])

@@ -2,6 +2,7 @@
 
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kdagraph/error.hpp"
@@ -45,6 +46,61 @@ Elem elem_of(const nb::dlpack::dtype& t, bool numpy_bf16, const std::string& nam
                    " bits): kdagraph takes float32, bfloat16 and int32 arrays");
 }
 
+// A torch tensor that requires grad exports no DLPack capsule; its .detach() is the same memory.
+nb::object without_autograd(nb::handle obj) {
+  if (nb::hasattr(obj, "requires_grad") && nb::hasattr(obj, "detach") && nb::cast<bool>(obj.attr("requires_grad")))
+    return obj.attr("detach")();
+  return nb::borrow(obj);
+}
+
+// `row_align_bytes` 0: every dimension C-contiguous; otherwise dimension 0 may have any stride that
+// holds a compact row and is a multiple of `row_align_bytes`.
+Array take_strided(nb::handle obj, const char* name, int64_t row_align_bytes) {
+  if (obj.is_none()) refuse(name, "is None");
+  bool numpy_bf16 = false;
+  nb::object source = bf16_bits_view(without_autograd(obj), numpy_bf16);
+  nb::ndarray<> nd;
+  if (!nb::try_cast(source, nd, /*convert=*/false))
+    refuse(name, "is not an array with __dlpack__ (numpy, torch, cupy); got " +
+                     nb::cast<std::string>(nb::str(obj.type().attr("__name__"))));
+  Array a;
+  a.name = name;
+  a.elem = elem_of(nd.dtype(), numpy_bf16, name);
+  for (size_t i = 0; i < nd.ndim(); ++i) a.shape.push_back(int64_t(nd.shape(i)));
+  // Compact: strides (in elements) are the running products; extents of 1 may carry any stride.
+  const bool rows = row_align_bytes > 0 && !a.shape.empty();
+  int64_t expect = 1;
+  for (size_t i = nd.ndim(); i-- > (rows ? 1 : 0);) {
+    if (a.shape[i] != 1 && nd.stride(i) != expect)
+      refuse(name, std::string("is not ") + (rows ? "compact inside a row" : "C-contiguous") + " (shape " +
+                       a.shape_string() + ", stride " + std::to_string(nd.stride(i)) + " in dimension " +
+                       std::to_string(i) + " where compact is " + std::to_string(expect) +
+                       "): kdagraph works in place and never copies" +
+                       (rows ? "; only dimension 0 may have a free stride" : ""));
+    expect *= a.shape[i];
+  }
+  if (!rows && !a.shape.empty()) a.row_stride = expect / std::max<int64_t>(a.shape[0], 1);
+  if (rows) {  // compact rows too must fall on the alignment; a single row's stride is its size
+    const int64_t stride = a.shape[0] > 1 ? int64_t(nd.stride(0)) : expect, es = a.elem == Elem::bf16 ? 2 : 4;
+    if (stride < expect || stride * es % row_align_bytes != 0)
+      refuse(name, "has a row stride of " + std::to_string(stride) + " elements (" + std::to_string(stride * es) +
+                       " bytes) in dimension 0 (shape " + a.shape_string() + "): a row stride holds one row of " +
+                       std::to_string(expect) + " elements and is a multiple of " + std::to_string(row_align_bytes) +
+                       " bytes");
+    a.row_stride = stride;
+  }
+  switch (nd.device_type()) {
+    case nb::device::cpu::value: a.backend = Backend::cpu; break;
+    case nb::device::cuda::value: a.backend = Backend::cuda; break;
+    default: refuse(name, "is in memory of DLPack device type " + std::to_string(nd.device_type()) +
+                              ": kdagraph takes CPU and CUDA arrays");
+  }
+  a.device = nd.device_id();
+  a.data = nd.data();
+  a.owner = std::move(nd);
+  return a;
+}
+
 }  // namespace
 
 const char* to_string(Elem e) {
@@ -64,36 +120,10 @@ int64_t Array::size() const {
 
 std::string Array::shape_string() const { return join(shape); }
 
-Array take(nb::handle obj, const char* name) {
-  if (obj.is_none()) refuse(name, "is None");
-  bool numpy_bf16 = false;
-  nb::object source = bf16_bits_view(obj, numpy_bf16);
-  nb::ndarray<> nd;
-  if (!nb::try_cast(source, nd, /*convert=*/false))
-    refuse(name, "is not an array with __dlpack__ (numpy, torch, cupy); got " +
-                     nb::cast<std::string>(nb::str(obj.type().attr("__name__"))));
-  Array a;
-  a.name = name;
-  a.elem = elem_of(nd.dtype(), numpy_bf16, name);
-  for (size_t i = 0; i < nd.ndim(); ++i) a.shape.push_back(int64_t(nd.shape(i)));
-  // C-contiguous: strides (in elements) are the running products; extents of 1 may carry any stride.
-  int64_t expect = 1;
-  for (size_t i = nd.ndim(); i-- > 0;) {
-    if (a.shape[i] != 1 && nd.stride(i) != expect)
-      refuse(name, "is not C-contiguous (shape " + a.shape_string() + ", stride " + std::to_string(nd.stride(i)) +
-                       " in dimension " + std::to_string(i) + "): kdagraph works in place and never copies");
-    expect *= a.shape[i];
-  }
-  switch (nd.device_type()) {
-    case nb::device::cpu::value: a.backend = Backend::cpu; break;
-    case nb::device::cuda::value: a.backend = Backend::cuda; break;
-    default: refuse(name, "is in memory of DLPack device type " + std::to_string(nd.device_type()) +
-                              ": kdagraph takes CPU and CUDA arrays");
-  }
-  a.device = nd.device_id();
-  a.data = nd.data();
-  a.owner = std::move(nd);
-  return a;
+Array take(nb::handle obj, const char* name) { return take_strided(obj, name, 0); }
+
+Array take_rows(nb::handle obj, const char* name, int64_t row_align_bytes) {
+  return take_strided(obj, name, row_align_bytes);
 }
 
 Array take_optional(nb::handle obj, const char* name) {

@@ -24,13 +24,15 @@ inline DType dtype_of(Elem e) { return e == Elem::bf16 ? DType::bf16 : DType::f3
 // The element of an io or state dtype (f32 or bf16).
 inline Elem elem_of(DType d) { return d == DType::f32 ? Elem::f32 : Elem::bf16; }
 
-// A C-contiguous view of a caller's array on one backend. It keeps the producer alive while it lives.
+// A view of a caller's array on one backend: C-contiguous, or (take_rows) a pool of compact rows with
+// a free row stride. It keeps the producer alive while it lives.
 struct Array {
   nb::ndarray<> owner;
   std::string name;  // the Python argument, for messages
   void* data = nullptr;
   Elem elem = Elem::f32;
   std::vector<int64_t> shape;
+  int64_t row_stride = 0;  // elements from one index of dimension 0 to the next (0-d: 0)
   Backend backend = Backend::cpu;
   int device = 0;
 
@@ -44,8 +46,13 @@ struct Array {
 };
 
 // Takes `obj` as argument `name`: refuses anything that is not an array, not C-contiguous (a copy would
-// break in-place updates), not fp32/bf16/int32, or in memory neither backend reads.
+// break in-place updates), not fp32/bf16/int32, or in memory neither backend reads. A torch tensor that
+// requires grad is taken through .detach() (the same memory): kdagraph records no autograd graph.
 Array take(nb::handle obj, const char* name);
+// A pool of rows (SGLang's per-slot envelopes, SPEC §10): dimensions 1.. compact, dimension 0 (the
+// slot) any stride of at least one row that is a multiple of `row_align_bytes`; the wrong stride is
+// named otherwise. Everything else as take.
+Array take_rows(nb::handle obj, const char* name, int64_t row_align_bytes);
 // Same, None allowed: returns an Array with data == nullptr.
 Array take_optional(nb::handle obj, const char* name);
 

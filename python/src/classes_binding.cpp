@@ -153,7 +153,7 @@ void bind_classes(nb::module_& m) {
              int32_t head_k, int32_t head_v, int32_t slots, int32_t scratch_steps, int32_t max_rows, int32_t tokens,
              const std::string& io_dtype, const std::string& state_dtype, nb::handle mode, bool l2norm_qk,
              nb::handle scale, const std::string& gate, float lower_bound, bool beta_is_logit, int32_t conv_width,
-             nb::handle conv_activation) {
+             nb::handle conv_activation, bool pdl) {
             VerifierConfig c;
             c.backend = backend_from(backend);
             c.model = ModelShape{layers, heads, value_heads, head_k, head_v};
@@ -164,15 +164,20 @@ void bind_classes(nb::module_& m) {
             c.mode = mode_from(mode);
             c.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
             c.conv = conv_shape(c.model, conv_width, conv_activation);
+            c.pdl = pdl;
             new (self) PyVerifier{std::make_unique<Verifier>(c)};
           },
           nb::kw_only(), "backend"_a = "cpu", "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a,
           "slots"_a, "scratch_steps"_a, "max_rows"_a, "tokens"_a, "io_dtype"_a = "float32", "state_dtype"_a = "float32",
           "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(), "gate"_a = "precomputed",
           "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "conv_width"_a = 0, "conv_activation"_a.none() = "silu",
+          "pdl"_a = true,
           "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4 over C = 2 H K + HV V channels, "
           "conv_activation 'silu' or 'none' ('linear', None). With a conv the Verifier also owns the conv state, a "
-          "prefill takes each layer's window, and a GraphRunner's inputs carry x, weight (and bias).")
+          "prefill takes each layer's window, and a GraphRunner's inputs carry x, weight (and bias). pdl: "
+          "programmatic dependent launch of every kernel of its rounds, graphs included, on sm_90 and later "
+          "(SPEC §5); False for A/B runs.")
+      .def_prop_ro("pdl", [](const PyVerifier& v) { return v.cfg().pdl; })
       .def_prop_ro("backend", [](const PyVerifier& v) { return std::string(to_string(v.cfg().backend)); })
       .def_prop_ro("mode", [](const PyVerifier& v) { return v.cfg().mode; })
       .def_prop_ro("tokens", [](const PyVerifier& v) { return v.cfg().tokens; })

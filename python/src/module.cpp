@@ -150,21 +150,29 @@ Stream resolve_stream(Backend backend, nb::handle stream, nb::handle reference) 
 
 namespace {
 
-// A first allocation of the CUDA word on `s` is refused while `s` captures a graph, or would join one (the
-// legacy default stream while another stream captures): cudaHostAlloc is not capture-safe.
-void refuse_allocation_in_capture(const Stream& s) {
+// Whether work enqueued on `s` would be captured into a graph: `s` is capturing, or joins a capture (the
+// legacy default stream while another stream captures).
+bool capturing(const Stream& s) {
 #if defined(KDAGRAPH_WITH_CUDA)
+  if (s.backend != Backend::cuda) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaError_t e = cudaStreamIsCapturing(s.stream, &status);
-  if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky; any other failure is the allocation's to report
-  if (e == cudaErrorStreamCaptureImplicit || (e == cudaSuccess && status != cudaStreamCaptureStatusNone))
+  if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky; any other failure is the work's to report
+  return e == cudaErrorStreamCaptureImplicit || (e == cudaSuccess && status != cudaStreamCaptureStatusNone);
+#else
+  (void)s;
+  return false;
+#endif
+}
+
+// A first allocation of the CUDA word on `s` is refused while `s` captures a graph, or would join one:
+// cudaHostAlloc is not capture-safe.
+void refuse_allocation_in_capture(const Stream& s) {
+  if (capturing(s))
     throw InvalidArgument("stream",
                           "stream is capturing a CUDA graph, and kdagraph's device error word is not allocated yet: "
                           "allocating it inside a capture is not capture-safe. Make a first kdagraph call on CUDA "
                           "outside the capture (or call kdagraph.device_errors('cuda') once), then capture");
-#else
-  (void)s;
-#endif
 }
 
 // One word per backend, for the module's lifetime: host-mapped pinned memory on CUDA, made on first use
@@ -252,6 +260,15 @@ NB_MODULE(_kdagraph, m) {
       [](nb::handle reference) { return reinterpret_cast<uintptr_t>(resolve_stream(Backend::cuda, nb::none(), reference).stream); },
       nb::arg("reference").none() = nb::none(),
       "The CUDA stream handle a call with stream=None enqueues on for an array like `reference` (tests).");
+  m.def(
+      "_call_stream",
+      [](nb::handle stream, nb::handle reference) {
+        const Stream s = resolve_stream(Backend::cuda, stream, reference);
+        return nb::make_tuple(reinterpret_cast<uintptr_t>(s.stream), capturing(s));
+      },
+      nb::arg("stream").none(), nb::arg("reference").none(),
+      "(handle, capturing): the CUDA stream a call on CUDA arrays like `reference` enqueues on, and whether work "
+      "enqueued there is captured into a graph. The drop-ins convert int64 indices on it, and not while capturing.");
 
   bind_ops(m);
   bind_classes(m);

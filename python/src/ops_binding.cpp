@@ -36,19 +36,21 @@ void require_io(const Array& a, const Array& q) {
                                       ": every input and the output share one dtype");
 }
 
-// A one-layer view of a [rows, HV, V, K] state array.
+// A one-layer view of a [rows, HV, V, K] state array whose slot stride may exceed a state (take_rows).
 StateView one_layer(const Array& a) {
-  const int64_t row = a.dim(1) * a.dim(2) * a.dim(3);
-  return state_view(a.data, dtype_of(a.elem), 1, a.dim(0) * row, a.dim(0), row);
+  return state_view(a.data, dtype_of(a.elem), 1, a.dim(0) * a.row_stride, a.dim(0), a.row_stride);
 }
+
+// SPEC §10: a state pool's slot stride is a multiple of 16 bytes (SGLang's per-slot envelopes are).
+constexpr int64_t kStateRowAlignBytes = 16;
 
 // ---- the drop-ins' operations --------------------------------------------------------------------
 
 void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, nb::handle beta_, nb::handle o_,
                     nb::handle states_, nb::handle seeds_, nb::handle seed_row_, nb::handle seed_token_,
                     nb::handle write_row_, nb::handle A_log_, nb::handle dt_bias_, bool l2norm, nb::handle scale,
-                    const std::string& gate, float lower_bound, bool beta_is_logit, nb::handle stream,
-                    const nb::dict& names) {
+                    const std::string& gate, float lower_bound, bool beta_is_logit, bool write_states,
+                    nb::handle stream, const nb::dict& names) {
   const Array q = take(q_, name_of(names, "q").c_str());
   require_elem(q, {Elem::f32, Elem::bf16});
   require_shape(q, {-1, -1, -1, -1});
@@ -66,11 +68,11 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   require_shape(o, {B, T, HV, V});
   for (const Array* a : {&k, &v, &g, &beta, &o}) require_io(*a, q);
 
-  const Array states = take(states_, name_of(names, "states").c_str());
+  const Array states = take_rows(states_, name_of(names, "states").c_str(), kStateRowAlignBytes);
   require_elem(states, {Elem::f32, Elem::bf16});
   require_shape(states, {-1, HV, V, K});
   require_same_place(states, q);
-  const Array seeds = take_optional(seeds_, name_of(names, "seeds").c_str());
+  const Array seeds = seeds_.is_none() ? Array{} : take_rows(seeds_, name_of(names, "seeds").c_str(), kStateRowAlignBytes);
   if (seeds.data != nullptr) {
     require_shape(seeds, {-1, HV, V, K});
     require_same_place(seeds, q);
@@ -104,6 +106,7 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   idx.seed_row = seed_row.as<const int32_t>();
   idx.seed_token = seed_token.as<const int32_t>();
   idx.write_row = write_row.as<const int32_t>();
+  idx.write_states = write_states;
   LayerInputs in;
   in.q = q.data;
   in.k = k.data;
@@ -175,7 +178,8 @@ void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle
     require_shape(bias, {C});
     require_same_place(bias, x);
   }
-  const Array state = take(state_, "conv_state");
+  // Any row stride (SPEC §11: short_conv takes any C, the 16-byte rule of §10 is the round's views').
+  const Array state = take_rows(state_, "conv_state", 1);
   require_shape(state, {-1, -1, C});
   same_io(state);
   const int64_t columns = state.dim(1), S = columns - (W - 2);
@@ -183,11 +187,6 @@ void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle
     throw InvalidArgument("conv_state", "conv_state has " + std::to_string(columns) + " columns; a width " + std::to_string(W) +
                                             " conv of T = " + std::to_string(T) + " tokens needs W - 2 + S columns with S >= T, at least " +
                                             std::to_string(W - 2 + T));
-  const int64_t row_bytes = columns * C * int64_t(dtype_size(dtype_of(x.elem)));
-  if (row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(state.data) % 16 != 0)
-    throw InvalidArgument("conv_state", "conv_state rows of " + std::to_string(columns) + " x " + std::to_string(C) + " elements (" +
-                                            std::to_string(row_bytes) + " bytes) must start at 16-byte multiples (SPEC §10): "
-                                            "choose S so that (W - 2 + S) * C fills 16 bytes, from a 16-byte aligned array");
   const Array indices = take(indices_, "state_indices");
   require_elem(indices, {Elem::i32});
   require_shape(indices, {B});
@@ -210,7 +209,7 @@ void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle
   call.weight = weight.as<const float>();
   call.bias = bias.as<const float>();
   call.y = y.data;
-  call.conv_state = state_view(state.data, call.io_dtype, 1, state.dim(0) * columns * C, state.dim(0), columns * C);
+  call.conv_state = state_view(state.data, call.io_dtype, 1, state.dim(0) * state.row_stride, state.dim(0), state.row_stride);
   call.state_indices = indices.as<const int32_t>();
   call.num_accepted = accepted.as<const int32_t>();
   const Stream s = resolve_stream(x.backend, stream, x_);
@@ -452,8 +451,9 @@ void bind_ops(nb::module_& m) {
   m.def("_verify_indexed", &verify_indexed, "q"_a, "k"_a, "v"_a, "g"_a, "beta"_a, "output"_a, "states"_a,
         "seeds"_a.none(), "seed_row"_a.none(), "seed_token"_a.none(), "write_row"_a.none(), "A_log"_a.none(),
         "dt_bias"_a.none(), "use_qk_l2norm_in_kernel"_a, "scale"_a.none(), "gate"_a, "lower_bound"_a,
-        "beta_is_logit"_a, "stream"_a.none(), "names"_a,
-        "SPEC §11: the verify over rows the caller names (ops::verify_indexed); recurrent_kda's engine.");
+        "beta_is_logit"_a, "write_states"_a, "stream"_a.none(), "names"_a,
+        "SPEC §11: the verify over rows the caller names (ops::verify_indexed); recurrent_kda's engine. "
+        "write_states False: a frozen verify (disable_state_update), outputs only.");
   m.def("_build_slot_indices", &build_slot_indices, "slots"_a, "accept_lens_pool"_a, "scratch_steps"_a,
         "draft_token_num"_a, "ssm_state_indices"_a, "num_accepted_tokens"_a, "stream"_a.none(),
         "SPEC §4, §11: SGLang's fused-accept index pair (ops::build_slot_indices).");
@@ -467,7 +467,7 @@ void bind_ops(nb::module_& m) {
           [](PySpec* self, int32_t layers, int32_t heads, int32_t value_heads, int32_t head_k, int32_t head_v,
              int32_t tokens, const std::string& io_dtype, nb::handle mode, bool l2norm_qk, nb::handle scale,
              const std::string& gate, float lower_bound, bool beta_is_logit, int32_t conv_width,
-             nb::handle conv_activation) {
+             nb::handle conv_activation, bool pdl) {
             RoundSpec spec;
             spec.model = ModelShape{layers, heads, value_heads, head_k, head_v};
             spec.tokens = tokens;
@@ -475,14 +475,18 @@ void bind_ops(nb::module_& m) {
             spec.mode = mode_from(mode);
             spec.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
             spec.conv = conv_shape(spec.model, conv_width, conv_activation);
+            spec.pdl = pdl;
             new (self) PySpec{spec};
           },
           nb::kw_only(), "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a, "tokens"_a,
           "io_dtype"_a = "float32", "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(),
           "gate"_a = "precomputed", "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "conv_width"_a = 0,
-          "conv_activation"_a.none() = "silu",
+          "conv_activation"_a.none() = "silu", "pdl"_a = true,
           "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4, over C = 2 H K + HV V channels; "
-          "conv_activation 'silu' or 'none' ('linear', None).")
+          "conv_activation 'silu' or 'none' ('linear', None). pdl: programmatic dependent launch of the round's "
+          "kernels on sm_90 and later (SPEC §5; an engine kernel just before one of them must not write the state "
+          "rows it reads); False launches each after the previous one has finished.")
+      .def_prop_ro("pdl", [](const PySpec& s) { return s.spec.pdl; })
       .def_prop_ro("layers", [](const PySpec& s) { return s.spec.model.layers; })
       .def_prop_ro("tokens", [](const PySpec& s) { return s.spec.tokens; })
       .def_prop_ro("mode", [](const PySpec& s) { return s.spec.mode; })

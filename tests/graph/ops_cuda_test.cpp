@@ -70,6 +70,19 @@ TEST(ConvVerifyCuda, FusedMatchesUnfusedThroughTheEngine) {
     }
 }
 
+// A few rounds of the same, every mode, for compute-sanitizer's memcheck and racecheck
+// (profiling/gpu_check.sh), which run a kernel hundreds of times slower.
+TEST(ConvVerifyCuda, FusedMatchesUnfusedForTheSanitizers) {
+  KDA_SKIP_WITHOUT_GPU();
+  const auto stream = detail::StreamHandle::create(Backend::cuda);
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
+    HostEngineConfig c = small_engine(Backend::cuda, mode, Exec::graph, fresh_seed());
+    c.verifier.model = ModelShape{2, 2, 4, 128, 128};
+    c.verifier.io_dtype = DType::bf16;
+    expect_fused_engine_matches_unfused(with_conv(c), stream.get(), 3);
+  }
+}
+
 TEST(OpsCuda, ANullEntryOfADeviceLayerTableIsRecordedAndItsRowsArePadding) {
   KDA_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(fresh_seed());

@@ -1,6 +1,7 @@
 // SPEC §11 on the CPU backend: the two operations the Python drop-ins are built on. verify_indexed
 // (FlashInfer's rows named by the caller) runs the very verify of the slot-indexed ops, so it must agree
-// with it bitwise wherever both can express a round; build_slot_indices is SGLang's index pair.
+// with it bitwise wherever both can express a round, frozen (no state written) or not; build_slot_indices
+// is SGLang's index pair.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,9 +58,11 @@ VerifyCase make_case(const CaseShape& s, uint64_t seed, std::vector<int32_t> acc
 
 // Every mode seeds either from the pool (accept_len 0) or from the scratch row a - 1; the indexed op
 // names the same seeds its own way. Outputs and every state byte must agree bitwise.
-void expect_indexed_matches_slot_verify(bool from_scratch, DType io, DType state, int options) {
+// A frozen verify (write_states false) gives the same outputs and leaves every state byte as it was.
+void expect_indexed_matches_slot_verify(bool from_scratch, DType io, DType state, int options, bool write_states = true) {
   SCOPED_TRACE(std::string(from_scratch ? "seed_token" : "seed_row") + " io=" + to_string(io) +
-               " state=" + to_string(state) + " options=" + std::to_string(options));
+               " state=" + to_string(state) + " options=" + std::to_string(options) +
+               (write_states ? "" : " frozen"));
   const CaseShape shape = indexed_shape(io, state, options);
   const uint64_t seed = fresh_seed();
   std::mt19937 rng{uint32_t(seed)};
@@ -67,6 +70,7 @@ void expect_indexed_matches_slot_verify(bool from_scratch, DType io, DType state
   for (int32_t& a : accept_len) a = from_scratch ? 1 + int32_t(rng() % uint32_t(shape.tokens)) : 0;
   VerifyCase ref = make_case(shape, seed, accept_len);
   VerifyCase got = make_case(shape, seed, accept_len);
+  const std::vector<uint8_t> scratch_before = got.scratch.bytes;
   ASSERT_EQ(ref.row_slot, (std::vector<int32_t>{3, 0, 4, -1}));
   verify_cpu(ref.params());
 
@@ -77,12 +81,14 @@ void expect_indexed_matches_slot_verify(bool from_scratch, DType io, DType state
   if (from_scratch) idx.seed_token = seed_token.data();
   else idx.seed_row = got.row_slot.data();
   idx.write_row = got.write_row.data();
+  idx.write_states = write_states;
   DeviceErrorWord errors;
   const VerifyParams p = got.params();
   ops::verify_indexed(kCpu, spec_of(shape), p.pool, p.scratch, idx, shape.rows, 0, inputs_of(got), &errors);
 
   EXPECT_EQ(first_difference(got.o.bytes, ref.o.bytes), -1) << "outputs differ from the slot-indexed verify";
-  EXPECT_EQ(first_difference(got.scratch.bytes, ref.scratch.bytes), -1) << "post-states differ";
+  if (write_states) EXPECT_EQ(first_difference(got.scratch.bytes, ref.scratch.bytes), -1) << "post-states differ";
+  else EXPECT_EQ(first_difference(got.scratch.bytes, scratch_before), -1) << "a frozen verify wrote a state row";
   EXPECT_EQ(first_difference(got.pool.bytes, ref.pool.bytes), -1) << "the pool changed";
   EXPECT_EQ(errors.count, 0u) << "a padded row's length was checked, or a valid row was refused";
 }
@@ -97,6 +103,12 @@ TEST(OpsIndexed, SeedRowIsThePoolSeedBitwise) {
   for (int options : {0, 1 + 8, 3 + 16, 1 + 2 + 32})
     for (DType io : {DType::f32, DType::bf16})
       for (DType state : {DType::f32, DType::bf16}) expect_indexed_matches_slot_verify(false, io, state, options);
+}
+
+TEST(OpsIndexed, AFrozenVerifyHasTheOutputsAndWritesNoState) {
+  for (bool from_scratch : {true, false})
+    for (DType io : {DType::f32, DType::bf16})
+      expect_indexed_matches_slot_verify(from_scratch, io, DType::f32, 1 + 8, /*write_states=*/false);
 }
 
 // One row, T = 3, states [R rows]: token t's post-state to row writes[t], seeds as given.

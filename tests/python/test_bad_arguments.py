@@ -25,13 +25,15 @@ def spoil(name):
 BAD = [
     ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=np.where(np.arange(c.B) == 0, 0, c.accepted).astype(np.int32))),
     ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=np.full(c.B, c.T + 1, np.int32))),
-    ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=c.accepted.astype(np.int64))),
+    ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=c.accepted.astype(np.float32))),
+    ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=np.where(np.arange(c.B) == 0, -2**40, c.accepted.astype(np.int64)))),
     ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=c.accepted[:2].copy())),
     ("ssm_state_indices", lambda c, a, kw: kw["ssm_state_indices"].__setitem__((0, 0), c.N)),
     ("ssm_state_indices", lambda c, a, kw: kw["ssm_state_indices"].__setitem__((2, 1), c.indices[0, 2])),
     ("ssm_state_indices", lambda c, a, kw: kw["ssm_state_indices"].__setitem__((2, 1), c.indices[0, c.accepted[0] - 1])),
     ("ssm_state_indices", lambda c, a, kw: kw.update(ssm_state_indices=c.indices[:, :2].copy())),
-    ("ssm_state_indices", lambda c, a, kw: kw.update(ssm_state_indices=c.indices.astype(np.int64))),
+    ("ssm_state_indices", lambda c, a, kw: kw.update(ssm_state_indices=c.indices.astype(np.float32))),
+    ("ssm_state_indices", lambda c, a, kw: kw.update(ssm_state_indices=np.where(c.indices == c.indices.max(), 2**31, c.indices.astype(np.int64)))),
     ("ssm_state_indices", lambda c, a, kw: kw.update(ssm_state_indices=np.asfortranarray(c.indices))),
     ("initial_state", lambda c, a, kw: kw.update(initial_state=None)),
     ("initial_state", lambda c, a, kw: kw.update(initial_state=c.pool[:, :2])),
@@ -68,8 +70,6 @@ BAD = [
                                                          initial_state_indices=np.zeros(c.B + 1, np.int32))),
     ("initial_state_source", lambda c, a, kw: kw.update(initial_state_source=c.pool[:, :, :, :2].copy(), num_accepted_tokens=None,
                                                         initial_state_indices=np.zeros(c.B, np.int32))),
-    ("num_accepted_tokens", lambda c, a, kw: kw.update(initial_state_source=c.pool.copy(),
-                                                       initial_state_indices=np.zeros(c.B, np.int32))),
 ]
 
 

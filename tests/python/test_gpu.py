@@ -1,18 +1,19 @@
-"""The CUDA backend from Python: skipped (honestly) without a GPU, or without torch to make device
-arrays. recurrent_kda on CUDA tensors against the CPU backend within the kernels' tolerance, on torch's
-current stream, and a GraphRunner captured on a torch stream against the host engine."""
+"""The CUDA backend from Python: skipped (honestly) without a GPU; torch, a test dependency, makes the
+device arrays. recurrent_kda on CUDA tensors against the CPU backend within the kernels' tolerance, on
+torch's current stream, a GraphRunner captured on a torch stream against the host engine, int64 indices
+on both sides of a capture, and a slot-strided state pool."""
 
 import numpy as np
 import pytest
+import torch
 
 import kdagraph
-from helpers import gpu_or_skip, rel_error, torch_or_skip
+from helpers import gpu_or_skip, rel_error
 from test_recurrent_kda import Case
 
 
 def test_recurrent_kda_on_cuda_matches_the_cpu_backend(rng):
     gpu_or_skip()
-    torch = torch_or_skip()
     c = Case(rng, K=64, V=64, H=2, HV=4, gate="softplus", beta_is_logit=True)
     cpu_pool = c.pool.copy()
     want, _ = kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=cpu_pool, ssm_state_indices=c.indices,
@@ -32,7 +33,6 @@ def test_recurrent_kda_on_cuda_matches_the_cpu_backend(rng):
 
 def test_graph_runner_on_cuda_matches_the_host_engine(rng):
     gpu_or_skip()
-    torch = torch_or_skip()
     from kdagraph._kdagraph import _reference as ref
 
     L, H, HV, K, T, S, P, N = 2, 2, 2, 64, 3, 4, 4, 2
@@ -85,11 +85,9 @@ def test_the_cuda_host_engine_matches_the_cpu_one(rng):
         assert rel_error(a, b) <= 1e-5
 
 
-
 def test_short_conv_on_cuda_matches_the_cpu_backend(rng):
     """The same conv arithmetic on both backends (SPEC §9), on torch's current stream, state in place."""
     gpu_or_skip()
-    torch = torch_or_skip()
     from test_short_conv import ConvCase
 
     c = ConvCase(rng, W=4, C=200, S=5, T=3)
@@ -134,7 +132,6 @@ def test_the_first_call_inside_a_capture_is_refused_naming_the_stream():
     one is refused (InvalidArgument naming "stream") and leaves the capture valid. A fresh process, so no
     earlier test has allocated the word."""
     gpu_or_skip()
-    torch_or_skip()
     import subprocess
     import sys
 
@@ -143,3 +140,62 @@ def test_the_first_call_inside_a_capture_is_refused_naming_the_stream():
     lines = run.stdout.splitlines()
     assert "first-in-capture: stream" in lines, run.stdout
     assert "outside: [[4, 5, 6], [0, 1, 2]]" in lines and "captured: [[4, 5, 6], [0, 1, 2]]" in lines, run.stdout
+
+
+def test_int64_indices_are_converted_on_the_calls_stream_but_refused_inside_a_capture(rng):
+    """Outside a capture int64 indices (torch's default) give the int32 results bitwise, converted on the
+    stream the call names; inside one they are refused by name (the copy would be an allocation in the
+    capture) and the capture goes on: int32 indices in the same capture replay to the same results."""
+    gpu_or_skip()
+    c = Case(rng, K=64, V=64, H=2, HV=4, gate="softplus", beta_is_logit=True)
+    d = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()
+    args = [d(x) for x in (c.q, c.k, c.v, c.g, c.beta)]
+    kw = {k: (d(v) if isinstance(v, np.ndarray) else v) for k, v in c.kwargs().items()}
+    rows, accepted = d(c.indices), d(c.accepted)
+    want_pool = d(c.pool)
+    want, _ = kdagraph.recurrent_kda(*args, initial_state=want_pool, ssm_state_indices=rows,
+                                     num_accepted_tokens=accepted, **kw)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    pool = d(c.pool)
+    got, _ = kdagraph.recurrent_kda(*args, initial_state=pool, ssm_state_indices=rows.long(),
+                                    num_accepted_tokens=accepted.long(), stream=side, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(got, want) and torch.equal(pool, want_pool)
+
+    pool = d(c.pool)
+    rows64, accepted64 = rows.long(), accepted.long()
+    graph, refused = torch.cuda.CUDAGraph(), None
+    with torch.cuda.graph(graph):
+        try:
+            kdagraph.recurrent_kda(*args, initial_state=pool, ssm_state_indices=rows64, num_accepted_tokens=accepted64, **kw)
+        except kdagraph.InvalidArgument as e:
+            refused = e.argument
+        out, _ = kdagraph.recurrent_kda(*args, initial_state=pool, ssm_state_indices=rows,
+                                        num_accepted_tokens=accepted, **kw)
+    assert refused == "ssm_state_indices"
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want) and torch.equal(pool, want_pool)
+
+
+def test_a_slot_strided_pool_on_cuda_is_updated_in_place(rng):
+    """SGLang's per-slot envelopes on the device: the [N, HV, V, K] view is written in place, the rest of
+    each envelope is not, and the results are the compact pool's."""
+    gpu_or_skip()
+    c = Case(rng, K=64, V=64, H=2, HV=4)
+    d = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()
+    args = [d(x) for x in (c.q, c.k, c.v, c.g, c.beta)]
+    compact = d(c.pool)
+    want, _ = kdagraph.recurrent_kda(*args, initial_state=compact, ssm_state_indices=d(c.indices),
+                                     num_accepted_tokens=d(c.accepted))
+    row = c.HV * c.V * c.K
+    envelope = torch.randn(c.N, row + 64, device="cuda")
+    envelope[:, 16:16 + row] = d(c.pool).reshape(c.N, row)
+    spare = torch.cat([envelope[:, :16], envelope[:, 16 + row:]], dim=1).clone()
+    pool = envelope[:, 16:16 + row].view(c.N, c.HV, c.V, c.K)
+    got, _ = kdagraph.recurrent_kda(*args, initial_state=pool, ssm_state_indices=d(c.indices),
+                                    num_accepted_tokens=d(c.accepted))
+    torch.cuda.synchronize()
+    assert torch.equal(got, want) and torch.equal(pool, compact)
+    assert torch.equal(torch.cat([envelope[:, :16], envelope[:, 16 + row:]], dim=1), spare)

@@ -1,9 +1,11 @@
 """The ops of a round over arrays the caller owns (SPEC §10): build_indices, verify_layer, accept, commit
 and materialize on SGLang's layout (one pool [L, P + 1, HV, V, K], the padding slot never named) and
-vLLM's (an array per layer), bitwise equal to a Verifier running the same rounds, in every mode."""
+vLLM's (an array per layer), bitwise equal to a Verifier running the same rounds, in every mode, given
+numpy arrays or torch CPU tensors (torch.from_numpy: the same memory, so the numpy side sees every write)."""
 
 import numpy as np
 import pytest
+import torch
 
 import kdagraph
 
@@ -31,14 +33,24 @@ def fresh_inputs(rng, conv_width=0):
     return layers
 
 
+def as_framework(framework):
+    """What the ops are handed: the numpy arrays themselves, or torch tensors over the same memory."""
+    if framework == "numpy":
+        return lambda a: a
+    wrap = lambda a: [torch.from_numpy(x) for x in a] if isinstance(a, list) else torch.from_numpy(a)
+    return wrap
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
 @pytest.mark.parametrize("conv_width", [0, 3], ids=["no-conv", "conv3"])
 @pytest.mark.parametrize("layout", ["sglang", "per-layer"])
 @pytest.mark.parametrize("mode", ["fused-accept", "two-phase", "replay"])
-def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv_width):
+def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv_width, framework):
     """With a conv (SPEC §9) conv_layer makes q, k and v from x before each verify_layer, over the caller's
     conv state (and two-phase conv scratch), or conv_verify_layer does both in one kernel as the runner does;
     outputs, pools and conv windows all bitwise."""
     W = conv_width
+    fw = as_framework(framework)
     spec = kdagraph.RoundSpec(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T, mode=mode,
                               l2norm_qk=True, conv_width=W)
     verifier = kdagraph.Verifier(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, slots=P, scratch_steps=S,
@@ -69,10 +81,11 @@ def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv
         if mode == "two-phase":
             assert spec.conv_scratch_row_elems == (W - 1) * C
             extra["conv_scratch"] = per_layer(np.zeros((L, P * S, W - 1, C), np.float32))
-    storage = kdagraph.SlotStorage(spec, pool=pool_arg, accept_len=accept_len, scratch_steps=S,
-                                   scratch=None if mode == "replay" else scratch_arg, **extra)
+    storage = kdagraph.SlotStorage(spec, pool=fw(pool_arg), accept_len=fw(accept_len), scratch_steps=S,
+                                   scratch=None if mode == "replay" else fw(scratch_arg),
+                                   **{name: fw(a) for name, a in extra.items()})
     index_storage = np.full(kdagraph.round_index_elems(N, T), 99, np.int32)
-    indices = kdagraph.RoundIndices(index_storage, N, T)
+    indices = kdagraph.RoundIndices(fw(index_storage), N, T)
     windows = rng.uniform(-1, 1, (P, L, max(W - 1, 1), C)).astype(np.float32)
     for slot in range(P):
         verifier.prefill(slot, states[slot], conv_window=windows[slot] if W else None)
@@ -92,33 +105,35 @@ def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv
             for name, x in inputs[l].items():
                 buffers[l][name][...] = x
         runner.run_round()
-        kdagraph.build_indices(spec, storage, indices, slots=batch, n_real=np.array([N], np.int32), rows=N)
+        kdagraph.build_indices(spec, storage, indices, slots=fw(batch), n_real=fw(np.array([N], np.int32)), rows=N)
         for l in range(L):
             outputs[l][...] = np.nan
             layer_in = dict(inputs[l])
             if W and r % 2:  # the conv and the verify in one kernel, as the runner runs them
-                kdagraph.conv_verify_layer(spec, storage, indices, rows=N, layer=l, x=layer_in.pop("x"),
-                                           weight=weights[l], g=layer_in["g"], beta=layer_in["beta"], o=outputs[l])
+                kdagraph.conv_verify_layer(spec, storage, indices, rows=N, layer=l, x=fw(layer_in.pop("x")),
+                                           weight=fw(weights[l]), g=fw(layer_in["g"]), beta=fw(layer_in["beta"]),
+                                           o=fw(outputs[l]))
                 assert np.array_equal(outputs[l], buffers[l]["o"]), f"round {r} layer {l}"
                 continue
             if W:  # or as two: bitwise the same
                 for a in conv_out[l].values():
                     a[...] = np.nan
-                kdagraph.conv_layer(spec, storage, indices, rows=N, layer=l, x=layer_in.pop("x"), weight=weights[l],
-                                    **conv_out[l])
+                kdagraph.conv_layer(spec, storage, indices, rows=N, layer=l, x=fw(layer_in.pop("x")),
+                                    weight=fw(weights[l]), **{name: fw(a) for name, a in conv_out[l].items()})
                 layer_in.update(conv_out[l])
-            kdagraph.verify_layer(spec, storage, indices, rows=N, layer=l, o=outputs[l], **layer_in)
+            kdagraph.verify_layer(spec, storage, indices, rows=N, layer=l, o=fw(outputs[l]),
+                                  **{name: fw(a) for name, a in layer_in.items()})
             assert np.array_equal(outputs[l], buffers[l]["o"]), f"round {r} layer {l}"
         accepted = rng.integers(1, T + 1, N).astype(np.int32)
         runner.accept(accepted)
-        kdagraph.accept(spec, storage, indices, rows=N, accepted=accepted)
+        kdagraph.accept(spec, storage, indices, rows=N, accepted=fw(accepted))
         if mode == "two-phase":
             kdagraph.commit(spec, storage, indices, rows=N)
         if r == 4:  # a retirement mid-stream: materialize one slot, then go on
-            kdagraph.materialize(spec, storage, slots=batch[:1].copy())
+            kdagraph.materialize(spec, storage, slots=fw(batch[:1].copy()))
             verifier.materialize(batch[:1].tolist())
     all_slots = np.arange(P, dtype=np.int32)
-    kdagraph.materialize(spec, storage, slots=all_slots)
+    kdagraph.materialize(spec, storage, slots=fw(all_slots))
     verifier.materialize(all_slots.tolist())
     want = np.empty((L, HV, V, K), np.float32)
     want_window = np.empty(verifier.conv_window_shape, np.float32)
@@ -135,6 +150,16 @@ def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv
         assert (pool_arg[:, P] == 7.0).all(), "the padding slot is never written"
         if W:
             assert (extra["conv_state"][:, P] == 5.0).all(), "the padding slot's conv state is never written"
+
+
+def test_the_pdl_switch_is_on_by_default_and_settable():
+    """SPEC §5: programmatic dependent launch is one switch of the round: RoundSpec's and the Verifier's."""
+    shape = dict(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T)
+    assert kdagraph.RoundSpec(**shape).pdl is True
+    assert kdagraph.RoundSpec(**shape, pdl=False).pdl is False
+    verifier = dict(shape, slots=P, scratch_steps=S, max_rows=N)
+    assert kdagraph.Verifier(**verifier).pdl is True
+    assert kdagraph.Verifier(**verifier, pdl=False).pdl is False
 
 
 def test_storage_refuses_bad_arrays_by_name():

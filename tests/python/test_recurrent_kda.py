@@ -201,9 +201,9 @@ def test_the_state_is_updated_in_place_and_nothing_is_copied(rng):
     kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=view, ssm_state_indices=c.indices,
                            num_accepted_tokens=c.accepted)
     assert np.array_equal(big[: c.N], c.pool) and np.array_equal(big[c.N:], before)
-    # What would need a copy is refused rather than copied.
+    # What would need a copy is refused rather than copied, naming the stride that is wrong.
     strided = np.concatenate([before, before], axis=3)[..., : c.K]
-    with pytest.raises(kdagraph.InvalidArgument, match="C-contiguous") as e:
+    with pytest.raises(kdagraph.InvalidArgument, match="stride 32 in dimension 2 where compact is 16") as e:
         kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=strided, ssm_state_indices=c.indices,
                                num_accepted_tokens=c.accepted)
     assert e.value.argument == "initial_state"

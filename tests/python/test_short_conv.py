@@ -174,7 +174,8 @@ BAD = [
     ("state_indices", lambda c: dict(state_indices=c.indices.astype(np.float32))),
     ("state_indices", lambda c: dict(state_indices=np.where(np.arange(c.B) == 0, c.N, c.indices).astype(np.int32))),
     ("state_indices", lambda c: dict(state_indices=np.where(np.arange(c.B) == 2, c.indices[0], c.indices).astype(np.int32))),
-    ("num_accepted_tokens", lambda c: dict(num_accepted_tokens=c.accepted.astype(np.int64))),
+    ("num_accepted_tokens", lambda c: dict(num_accepted_tokens=c.accepted.astype(np.float32))),
+    ("num_accepted_tokens", lambda c: dict(num_accepted_tokens=np.where(np.arange(c.B) == 0, 2**33, c.accepted.astype(np.int64)))),
     ("num_accepted_tokens", lambda c: dict(num_accepted_tokens=c.accepted[:-1].copy())),
     ("num_accepted_tokens", lambda c: dict(num_accepted_tokens=np.full(c.B, c.S + 1, np.int32))),
     ("num_accepted_tokens", lambda c: dict(num_accepted_tokens=np.full(c.B, -1, np.int32))),
@@ -194,11 +195,73 @@ def test_a_bad_argument_is_refused_by_name_and_changes_nothing(rng, argument, ba
     expect_refused_unchanged(lambda: kdagraph.short_conv(**kw), argument, state=c.state, output=c.output)
 
 
-def test_conv_state_rows_must_fill_16_bytes(rng):
-    """SPEC §10: a row stride is a multiple of 16 bytes; with C = 37 only some S give one."""
+def envelope_view(rows, columns, C, dtype, extra_bytes=16):
+    """[rows, columns, C] compact inside a row, each row at the start of a per-slot envelope whose stride
+    is a 16-byte multiple with room to spare (the round's layout, SPEC §10), and the envelope itself."""
+    per16 = 16 // np.dtype(dtype).itemsize
+    stride = -(-columns * C // per16) * per16 + extra_bytes // np.dtype(dtype).itemsize
+    envelope = np.zeros((rows, stride), dtype)
+    view = envelope[:, : columns * C].reshape(rows, columns, C)
+    assert np.shares_memory(view, envelope), "a view, not a copy"
+    return view, envelope
+
+
+@pytest.mark.parametrize("io", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [2, 3, 4])
+def test_any_channel_count_over_30_rounds_of_random_acceptance(rng, W, io):
+    """SPEC §11: any C >= 1, rows that do not fill 16 bytes included (a compact state whose base is one
+    element off any 16-byte boundary), against fp64 over 30 rounds of random accept lengths per C; the same
+    calls on 16-byte rows in per-slot envelopes give the same bits, and the envelopes' spare bytes stay."""
+    t = io_type(io)
+    B, N, rounds = 3, 5, 30
+    for C in range(1, 68):
+        S = int(rng.integers(1, 6))
+        T = int(rng.integers(1, S + 1))
+        columns = W - 2 + S
+        weight = rng.uniform(-0.8, 0.8, (C, W)).astype(np.float32)
+        bias = rng.uniform(-0.3, 0.3, C).astype(np.float32) if C % 2 else None
+        compact = np.zeros(N * columns * C + 1, t)[1:].reshape(N, columns, C)
+        padded, envelope = envelope_view(N, columns, C, t)
+        compact[...] = rng.uniform(-2, 2, compact.shape).astype(t)  # columns past the window: garbage
+        history = [as_f64(compact[r, : W - 1]) for r in range(N)]  # a prefill: the window at column 0
+        padded[...] = compact
+        spare = envelope[:, columns * C:].copy()
+        accepted_of = np.zeros(N, np.int32)  # per state row
+        for r in range(rounds):
+            rows = rng.permutation(N)[:B].astype(np.int32)
+            rows[rng.integers(0, B)] = -1
+            accepted = np.where(rows >= 0, accepted_of[np.maximum(rows, 0)], 0).astype(np.int32)
+            x = rng.uniform(-2, 2, (B, T, C)).astype(t)
+            before = compact.copy()
+            y = kdagraph.short_conv(x, compact, weight, bias, state_indices=rows, num_accepted_tokens=accepted)
+            y2 = kdagraph.short_conv(x, padded, weight, bias, state_indices=rows, num_accepted_tokens=accepted)
+            where = f"C = {C}, S = {S}, T = {T}, round {r}"
+            assert np.array_equal(y.view(np.uint8), y2.view(np.uint8)), f"{where}: compact and 16-byte rows differ"
+            assert np.array_equal(compact.view(np.uint8), padded.view(np.uint8)), f"{where}: states differ"
+            _, want_state = reference(x, before, weight, bias, rows, accepted, True)
+            assert np.array_equal(as_f64(compact), want_state), f"{where}: the state did not advance as SPEC §9 says"
+            for b in range(B):
+                if rows[b] < 0:
+                    assert (as_f64(y[b]) == 0).all(), f"{where}: padded row {b}"
+                    continue
+                seq = np.concatenate([history[rows[b]], as_f64(x[b])])
+                w = weight.astype(np.float64)
+                z = np.stack([sum(w[:, j] * seq[u + j] for j in range(W)) for u in range(T)])
+                z = z + (bias.astype(np.float64) if bias is not None else 0.0)
+                assert rel_error(y[b], z / (1 + np.exp(-z))) <= TOL[io], f"{where}, row {b}"
+                a = int(rng.integers(1, T + 1))  # the sampler's length for this slot
+                accepted_of[rows[b]] = a
+                history[rows[b]] = np.concatenate([history[rows[b]], as_f64(x[b, :a])])[-(W - 1):]
+        assert np.array_equal(envelope[:, columns * C:], spare), f"C = {C}: an envelope's spare bytes changed"
+
+
+def test_conv_state_strides_that_would_need_a_copy_are_refused_by_name(rng):
+    """Only dimension 0 of the conv state may have a free stride (at least a row); inside a row it is
+    compact, and the message names the dimension and the stride."""
     c = ConvCase(rng, W=4, C=37, S=6, T=3)
-    c.run()  # (4 - 2 + 6) * 37 float32 = 1184 bytes
-    with pytest.raises(kdagraph.InvalidArgument) as e:
-        kdagraph.short_conv(
-            c.x, c.state[:, 1:].copy(), c.weight, state_indices=c.indices, num_accepted_tokens=np.minimum(c.accepted, 5))
-    assert e.value.argument == "conv_state" and "16" in str(e.value)
+    wide = np.zeros((c.N, c.W - 2 + c.S, 2 * c.C), c.state.dtype)
+    for bad, where in [(wide[:, :, ::2], "dimension 2"), (wide[:, :, : c.C], "dimension 1"),
+                       (np.zeros((2 * c.N, c.W - 2 + c.S, c.C), c.state.dtype)[::-2], "row stride")]:
+        with pytest.raises(kdagraph.InvalidArgument) as e:
+            kdagraph.short_conv(c.x, bad, c.weight, state_indices=c.indices, num_accepted_tokens=c.accepted)
+        assert e.value.argument == "conv_state" and where in str(e.value), str(e.value)

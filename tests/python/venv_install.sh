@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SPEC §11 from a user's seat: a clean clone of the committed tree, a fresh virtual environment,
-# `pip install .` (the extension, with CUDA when nvcc is on PATH, and the command line), then the command
-# line's main job and the Python tests against the installed package, never the source tree.
+# `pip install .` (the extension, with CUDA when nvcc is on PATH, and the command line) with the test
+# extra (torch from PyPI, used on the CPU here, and fla-core for flash-linear-attention's reference), then
+# the command line's main job and the Python tests against the installed package, never the source tree.
+# No test skips for want of torch; only the CUDA tests skip, and only without a GPU.
 # Usage: tests/python/venv_install.sh [pytest args...]   (.ci/run calls it)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,10 +15,14 @@ python3 -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q --upgrade pip
 echo "-- pip install . (a clean clone of $(git -C "$repo" rev-parse --short HEAD))"
 start=$SECONDS
-"$work/venv/bin/python" -m pip install -q "$work/src[test]"
+# KDAGRAPH_WHEEL_CUDA=OFF builds the wheel without the CUDA backend even where nvcc is on PATH (.ci/run).
+cuda_setting=()
+[ "${KDAGRAPH_WHEEL_CUDA:-}" = OFF ] && cuda_setting=(--config-settings=cmake.define.KDAGRAPH_ENABLE_CUDA=OFF)
+"$work/venv/bin/python" -m pip install -q "${cuda_setting[@]}" "$work/src[test]"
 echo "-- installed in $((SECONDS - start)) s"
 
 cd "$work"  # away from the sources: `import kdagraph` must find the installed package
 "$work/venv/bin/python" -c "import kdagraph, sys; print('kdagraph', kdagraph.__file__, 'cuda build:', kdagraph.built_with_cuda)"
+"$work/venv/bin/python" -c "import torch; print('torch', torch.__version__, 'cuda available:', torch.cuda.is_available())"
 "$work/venv/bin/kdagraph" run --backend cpu --rounds 10 | tail -4
 "$work/venv/bin/python" -m pytest -q -rs "$work/src/tests/python" "$@"

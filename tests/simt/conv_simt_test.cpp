@@ -4,11 +4,13 @@
 // build the CPU backend runs the kernels, the three modes through the host engine with the conv.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kdagraph/host_engine.hpp"
+#include "kdagraph/ops.hpp"
 #include "kernels/conv.h"
 #include "tests/common/conv_case.h"
 #include "tests/common/engines.h"
@@ -101,6 +103,49 @@ TEST(ConvSimt, ModesAgreeThroughTheEngine) {
       EXPECT_TRUE(got.retired()[k].state == want.retired()[k].state) << "engine " << i << ", request " << k;
       EXPECT_TRUE(got.retired()[k].conv_window == want.retired()[k].conv_window) << "engine " << i << ", request " << k;
     }
+  }
+}
+
+// SPEC §11: short_conv takes any C, its conv state rows need not fill 16 bytes. Through the ops (in this
+// build the CPU backend runs the CUDA launcher), a compact state of C = 33 whose base sits one element
+// past a 16-byte boundary gives the fp64 results of the case's 16-byte rows, bitwise in the state.
+TEST(ConvSimt, ShortConvTakesRowsThatDoNotFill16Bytes) {
+  for (DType io : {DType::f32, DType::bf16}) {
+    ConvCaseShape sh;
+    sh.io = io;
+    sh.layout = ConvLayout::in_place;  // short_conv's own layout (SPEC §11)
+    sh.channels = 33;
+    sh.tokens = 3;
+    sh.scratch_steps = 4;
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(sh.str() + " seed=" + std::to_string(seed));
+    ConvCase c(sh, seed, {4, -1, 0, 2}, {3, 0, 0, 1});
+    const ConvExpectation want = expect_of(c);
+    const size_t es = dtype_size(io), row = size_t(c.columns) * size_t(sh.channels) * es;
+    ASSERT_NE(row % 16, 0u) << "the case must have rows that do not fill 16 bytes";
+    std::vector<uint8_t> compact(16 + size_t(sh.slots) * row);
+    uint8_t* base = compact.data() + (16 - reinterpret_cast<uintptr_t>(compact.data()) % 16) % 16 + es;
+    ASSERT_LE(base + size_t(sh.slots) * row, compact.data() + compact.size());
+    const size_t padded = size_t(c.state_stride) * es;
+    for (int32_t s = 0; s < sh.slots; ++s) std::memcpy(base + size_t(s) * row, c.state.bytes.data() + size_t(s) * padded, row);
+    ShortConvCall call;
+    call.conv = ConvShape{sh.channels, sh.width, sh.activation};
+    call.io_dtype = io;
+    call.batch = sh.rows;
+    call.tokens = sh.tokens;
+    call.scratch_steps = sh.scratch_steps;
+    call.x = c.x.bytes.data();
+    call.weight = c.weight.data();
+    call.bias = c.bias.data();
+    call.y = c.y[0].bytes.data();
+    call.conv_state = state_view(base, io, 1, 0, sh.slots, int64_t(c.columns) * sh.channels);
+    call.state_indices = c.row_slot.data();
+    call.num_accepted = c.row_accept.data();
+    const uint64_t launches = simt::launches();
+    ops::short_conv(kCpu, call);
+    EXPECT_EQ(simt::launches() - launches, 1u) << "the conv ran on the executor";
+    for (int32_t s = 0; s < sh.slots; ++s) std::memcpy(c.state.bytes.data() + size_t(s) * padded, base + size_t(s) * row, row);
+    expect_conv_results(c, want, conv_tolerance(io));
   }
 }
 

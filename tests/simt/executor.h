@@ -5,16 +5,32 @@
 // thread (fast, and scheduled adversarially: see Schedule), or real OS threads (what ThreadSanitizer
 // needs to see concurrency; the only engine of a TSan build). The device-side API the kernels call
 // (tests/simt/device.h) lands in the functions below: __syncthreads is a block barrier, every warp
-// intrinsic an exchange that each lane named in the mask must reach, __pipeline_memcpy_async is
-// deferred until the __pipeline_wait_prior that covers it, and shared memory (kdagraph::shared_object)
-// is poisoned (0xff bytes: NaN in f32 and bf16, -1 in int32) at the start of every block. What CUDA leaves
-// undefined and the executor can see (a divergent or partial warp exchange, a barrier some threads
-// skip, copies never waited for, misaligned vector accesses) fails the launch with
-// cudaErrorLaunchFailure and a message that last_error() returns.
+// intrinsic an exchange that each lane named in the mask must reach, __pipeline_memcpy_async reads its
+// source when issued and lands in shared memory at the __pipeline_wait_prior that covers it, and shared
+// memory (kdagraph::shared_object) is each block's own, poisoned (0xff bytes: NaN in f32 and bf16, -1 in
+// int32) at its start. What CUDA leaves undefined and the executor can see (a divergent or partial warp
+// exchange, a barrier some threads skip, copies never waited for, misaligned vector accesses) fails the
+// launch with cudaErrorLaunchFailure and a message that last_error() returns.
+//
+// Programmatic dependent launch (SPEC §5) [TAG_PDL]. A kernel launched with `pdl` may start while the
+// previous kernel on the stream runs; it must reach grid_dependency_wait() before it reads what that
+// kernel writes, and call trigger_dependent_launch() only after its own wait. With fiber lanes the
+// executor takes the most adversarial order the device allows: a `pdl` kernel runs up to its
+// grid_dependency_wait and is held there. When the next `pdl` kernel arrives, its blocks run up to their
+// own wait first, and only then does the held kernel go on to its end; the new one is held in turn. A
+// read above the wait therefore sees memory as it was before the previous kernel wrote anything below
+// its wait. Anything else that orders the stream completes the held kernel first: a launch without
+// `pdl`, or synchronize() (the library's CPU backend calls it before a copy, a fill or host work, and at
+// the end of each operation or round: graph/dispatch.h). Like a device whose SMs are full, the executor
+// holds at most kMaxHeldLanes lanes of a grid; its later blocks start once the previous kernel has
+// completed, and run to their end. With OS-thread lanes (ThreadSanitizer) a `pdl` launch runs as a plain
+// one: holding two grids of OS threads is too heavy, and the races TSan looks for are within a block. On
+// either engine a trigger before the lane's own wait fails the launch.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <driver_types.h>
@@ -46,7 +62,8 @@ struct Options {
 };
 
 // What the following launches use. Default: fibers with Schedule::rotate; threads where fibers are
-// not built (ThreadSanitizer builds) or where the environment says KDAGRAPH_SIMT_LANES=threads.
+// not built (ThreadSanitizer builds, or no fiber implementation: tests/simt/fiber.h) or where the
+// environment says KDAGRAPH_SIMT_LANES=threads.
 Options options();
 void set_options(const Options& o);
 bool fibers_available();
@@ -69,13 +86,24 @@ std::string last_error();
 // launches reached the executor, and whether they failed).
 uint64_t launches();
 uint64_t failed_launches();
+// How many launches were held at their grid_dependency_wait so far (a test can tell that its kernels
+// ran as programmatic dependent launches).
+uint64_t held_launches();
 
-// Runs body(ctx) as every thread of a grid x block launch, block after block; returns when all have
-// run. Launches are serialized process-wide (there is one shared-memory arena).
-cudaError_t launch(dim3 grid, dim3 block, void (*body)(const void*), const void* ctx);
+// Runs `body` as every thread of a grid x block launch, block after block; returns when all have run,
+// or, with `pdl`, when the blocks are held at their grid_dependency_wait (above). Launches are serialized
+// process-wide. The error of a held kernel that fails once it goes on is returned by the call that
+// completes it, as a device reports an asynchronous error at a later call.
+cudaError_t launch(dim3 grid, dim3 block, bool pdl, std::function<void()> body);
+// Completes the held kernel, if any: cudaSuccess, or its failure.
+cudaError_t synchronize();
+// Whether a kernel is held at its grid_dependency_wait now.
+bool holding();
+// Lanes of one grid the executor holds at their wait at most (its stand-in for a full device).
+inline constexpr int kMaxHeldLanes = 4096;
 
-// Shared memory: every shared object has its own offset in one arena, reserved at its first use and
-// poisoned at the start of every block.
+// Shared memory: every shared object has its own offset, reserved at its first use, in the arena of
+// the block that runs (each held block keeps its own).
 size_t reserve_shared(size_t bytes, size_t align);
 unsigned char* shared_arena();
 
@@ -87,5 +115,8 @@ void pipeline_commit();
 void pipeline_wait_prior(size_t prior, const char* file, int line);
 // A vector load or store through the global-memory path: aligned to `align`, not __shared__.
 void check_global_access(const void* ptr, size_t align, const char* what, const char* file, int line);
+// cudaGridDependencySynchronize and cudaTriggerProgrammaticLaunchCompletion (kernels/launch.cuh).
+void grid_dependency_wait(const char* file, int line);
+void trigger_dependent_launch(const char* file, int line);
 
 }  // namespace kdagraph::simt

@@ -184,7 +184,7 @@ class ExecutorTest : public ::testing::TestWithParam<Lanes> {
  protected:
   void SetUp() override {
     if (GetParam() == Lanes::fibers && !simt::fibers_available())
-      GTEST_SKIP() << "fiber lanes are not built here (ThreadSanitizer build)";
+      GTEST_SKIP() << "fiber lanes are not built here (ThreadSanitizer, or no fiber implementation)";
   }
   // Options for one launch; schedules other than ascending apply to fibers only.
   simt::Options with(Schedule s = Schedule::rotate) const { return simt::Options{GetParam(), s}; }

@@ -1,7 +1,8 @@
 // [TAG_LAUNCH_SEAM] kdagraph::launch_kernel under KDAGRAPH_SIMT (kernels/launch.cuh includes this file
-// instead of writing <<<>>>): the launch runs on the SIMT executor, synchronously; the stream is not
-// used, since the launch has finished when it returns. shared_object hands out the executor's shared
-// memory.
+// instead of writing <<<>>>): the launch runs on the SIMT executor; the stream is not used, since the
+// executor keeps one order for the launching thread. A launch with `pdl` may be held at its
+// grid_dependency_wait until the next one arrives (tests/simt/executor.h, [TAG_PDL]). shared_object hands
+// out the running block's shared memory.
 #pragma once
 
 #include <new>
@@ -15,20 +16,21 @@
 namespace kdagraph {
 
 template <class... Params, class... Args>
-inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t /*stream*/,
-                                 Args&&... args) {
-  // Converted once to the kernel's parameter types, as the runtime copies them at a launch.
-  struct Call {
-    void (*kernel)(Params...);
-    std::tuple<std::decay_t<Params>...> params;
-  };
-  const Call call{kernel, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)};
-  return simt::launch(grid, block,
-                      [](const void* ctx) {
-                        const Call& c = *static_cast<const Call*>(ctx);
-                        std::apply(c.kernel, c.params);
-                      },
-                      &call);
+inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, Launch on, Args&&... args) {
+  // Converted once to the kernel's parameter types, as the runtime copies them at a launch; the launch
+  // owns them, since a held kernel runs on after this returns.
+  return simt::launch(grid, block, on.pdl,
+                      [kernel, params = std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)] {
+                        std::apply(kernel, params);
+                      });
+}
+
+inline void grid_dependency_wait(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  simt::grid_dependency_wait(file, line);
+}
+
+inline void trigger_dependent_launch(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  simt::trigger_dependent_launch(file, line);
 }
 
 // The block's shared object of type T, as on the device: one per type, uninitialized (poisoned).
@@ -38,10 +40,5 @@ T& shared_object() {
   static const size_t offset = simt::reserve_shared(sizeof(T), alignof(T));
   return *std::launder(reinterpret_cast<T*>(simt::shared_arena() + offset));
 }
-
-// [TAG_PDL] The grid dependency of kernels/launch.cuh: launches run one after another here, so the
-// previous kernel has finished before any block starts.
-inline void grid_dependency_wait() {}
-inline void trigger_dependent_launch() {}
 
 }  // namespace kdagraph

@@ -5,29 +5,44 @@
 //   no_staging_barrier  the __syncthreads between the cp.async wait and reading the copied tokens
 //   no_copy_wait        the __pipeline_wait_prior(0) after the copies
 //   lane_off_by_one     group_lane = lane % kGroupLanes + 1
+//   early_inputs        the grid-dependency wait below the first chunk's staging: the round's inputs are
+//                       read above it (run after the kernel that writes them, tests/simt/pdl_case.h)
 // With fibers every schedule runs and each outcome is printed; a mutant passes when at least one
 // schedule catches it (the regular tests rotate schedules, so they would too). With OS threads
 // (ThreadSanitizer) it runs once: a TSan report also counts, which ctest reads from the output.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "tests/simt/pdl_case.h"
 #include "tests/simt/simt_case.h"
 
 namespace kdagraph {
-cudaError_t launch_verify_no_chunk_barrier(const VerifyParams& p, cudaStream_t stream);
-cudaError_t launch_verify_no_staging_barrier(const VerifyParams& p, cudaStream_t stream);
-cudaError_t launch_verify_no_copy_wait(const VerifyParams& p, cudaStream_t stream);
-cudaError_t launch_verify_lane_off_by_one(const VerifyParams& p, cudaStream_t stream);
+cudaError_t launch_verify_no_chunk_barrier(const VerifyParams& p, Launch on);
+cudaError_t launch_verify_no_staging_barrier(const VerifyParams& p, Launch on);
+cudaError_t launch_verify_no_copy_wait(const VerifyParams& p, Launch on);
+cudaError_t launch_verify_lane_off_by_one(const VerifyParams& p, Launch on);
+cudaError_t launch_verify_early_inputs(const VerifyParams& p, Launch on);
 }  // namespace kdagraph
 
 namespace kdagraph::test {
 namespace {
 
-using Launcher = cudaError_t (*)(const VerifyParams&, cudaStream_t);
+using Launcher = VerifyLauncher;
+// How a case is run: sets `error` to the executor's message when a launch fails.
+using Run = std::function<void(VerifyCase&, std::string& error)>;
+
+Run plain(Launcher launch) {
+  return [launch](VerifyCase& c, std::string& error) {
+    if (launch(c.params(), nullptr) != cudaSuccess) error = simt::last_error();
+    c.o.sync_values();
+    c.scratch.sync_values();
+  };
+}
 
 // Two rows, one seeding from the pool and one from the scratch row its token 0 overwrites, over two
 // staging chunks (T = 9). Neither uses the last slot, so a mutant's stray stores land in rows the
@@ -46,18 +61,14 @@ CaseShape mutant_shape(int K) {
 }
 
 // How the run went: empty when nothing noticed the mutant.
-std::string outcome(Launcher launch, const CaseShape& s) {
+std::string outcome(const Run& run, const CaseShape& s) {
   VerifyCase c(s, fresh_seed(), {0, 2}, {0, 0, 1, 0});
   std::string error;
   ::testing::TestPartResultArray failures;
   {
     ::testing::ScopedFakeTestPartResultReporter reporter(
         ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
-    expect_verify_matches_reference(c, tolerance(s), [&](VerifyCase& cc) {
-      if (launch(cc.params(), nullptr) != cudaSuccess) error = simt::last_error();
-      cc.o.sync_values();
-      cc.scratch.sync_values();
-    });
+    expect_verify_matches_reference(c, tolerance(s), [&](VerifyCase& cc) { run(cc, error); });
   }
   if (!error.empty()) return "executor error: " + error;
   if (failures.size() > 0) {
@@ -69,7 +80,7 @@ std::string outcome(Launcher launch, const CaseShape& s) {
   return "";
 }
 
-void expect_caught(const char* name, Launcher launch) {
+void expect_caught(const std::string& name, const Run& run) {
   std::vector<simt::Schedule> schedules{simt::Schedule::ascending};
   if (simt::options().lanes == simt::Lanes::fibers)
     schedules = {simt::Schedule::ascending, simt::Schedule::descending, simt::Schedule::round_robin,
@@ -79,7 +90,7 @@ void expect_caught(const char* name, Launcher launch) {
     if (K == 128 && simt::options().lanes == simt::Lanes::threads) continue;  // K = 64 only: time
     for (simt::Schedule sched : schedules) {
       simt::ScopedOptions opt({simt::options().lanes, sched});
-      const std::string how = outcome(launch, mutant_shape(K));
+      const std::string how = outcome(run, mutant_shape(K));
       caught += !how.empty();
       std::cout << name << " K=" << K << " " << to_string(simt::options().lanes) << " " << to_string(sched) << ": "
                 << (how.empty() ? "NOT caught" : "caught by " + how) << "\n";
@@ -88,12 +99,21 @@ void expect_caught(const char* name, Launcher launch) {
   EXPECT_GT(caught, 0) << name << " ran through every check unnoticed";
 }
 
-TEST(VerifyMutantsSimt, ChunkBarrierRemoved) { expect_caught("no_chunk_barrier", launch_verify_no_chunk_barrier); }
+TEST(VerifyMutantsSimt, ChunkBarrierRemoved) { expect_caught("no_chunk_barrier", plain(launch_verify_no_chunk_barrier)); }
 TEST(VerifyMutantsSimt, StagingBarrierRemoved) {
-  expect_caught("no_staging_barrier", launch_verify_no_staging_barrier);
+  expect_caught("no_staging_barrier", plain(launch_verify_no_staging_barrier));
 }
-TEST(VerifyMutantsSimt, CopyWaitRemoved) { expect_caught("no_copy_wait", launch_verify_no_copy_wait); }
-TEST(VerifyMutantsSimt, LaneIndexOffByOne) { expect_caught("lane_off_by_one", launch_verify_lane_off_by_one); }
+TEST(VerifyMutantsSimt, CopyWaitRemoved) { expect_caught("no_copy_wait", plain(launch_verify_no_copy_wait)); }
+TEST(VerifyMutantsSimt, LaneIndexOffByOne) { expect_caught("lane_off_by_one", plain(launch_verify_lane_off_by_one)); }
+
+// [TAG_PDL] Each input read above the wait shows alone: with only q poisoned until the kernel before the
+// verify writes it, and with only beta.
+TEST(VerifyMutantsSimt, InputsReadAboveTheGridDependencyWait) {
+  if (threads_lanes()) GTEST_SKIP() << "OS-thread lanes run programmatic launches plainly: nothing reads early";
+  for (const auto& [input, poisoned] : {std::pair{"q", kQ}, std::pair{"beta", kBeta}})
+    expect_caught(std::string("early_inputs, ") + input + " poisoned",
+                  [poisoned = poisoned](VerifyCase& c, std::string&) { run_after_staging(c, launch_verify_early_inputs, poisoned); });
+}
 
 }  // namespace
 }  // namespace kdagraph::test

@@ -160,6 +160,34 @@ def run_default():
     print(p.stdout)
 
 
+CPU_ISAS = ("baseline", "avx2", "avx512")
+
+
+@case
+def run_reports_cpu_isa():
+    """The summary and the JSON name the instruction set and threads the CPU kernels ran with
+    (kernels/cpu_isa.h); KDAGRAPH_CPU_ISA pins a lower set, KDAGRAPH_CPU_THREADS their threads over
+    OpenMP's; values they cannot take are refused by name."""
+    best = summary(expect_ok(["run", "--backend", "cpu", "--rounds", "3"]).stdout).get("cpu kernels", "")
+    if best.split(",")[0] not in CPU_ISAS:
+        raise Failure(f"the summary's 'cpu kernels' line names no instruction set: '{best}'")
+    p = expect_ok(["run", "--backend", "cpu", "--rounds", "3", "--json"], env={"KDAGRAPH_CPU_ISA": "baseline"})
+    d = json.loads(p.stdout)
+    if d.get("cpu_isa") != "baseline" or not isinstance(d.get("cpu_threads"), int) or d["cpu_threads"] < 1:
+        raise Failure(f"KDAGRAPH_CPU_ISA=baseline: the JSON says cpu_isa {d.get('cpu_isa')}, threads {d.get('cpu_threads')}")
+    p = run(["run", "--backend", "cpu", "--rounds", "3"], env={"KDAGRAPH_CPU_ISA": "sse9"})
+    if p.returncode == 0 or "KDAGRAPH_CPU_ISA" not in p.stderr:
+        raise Failure(f"KDAGRAPH_CPU_ISA=sse9 was not refused by name (exit {p.returncode}):\n{p.stderr}")
+    d = json.loads(expect_ok(["run", "--backend", "cpu", "--rounds", "3", "--json"],
+                             env={"KDAGRAPH_CPU_THREADS": "1", "OMP_NUM_THREADS": "2"}).stdout)
+    if d.get("cpu_threads") != 1:
+        raise Failure(f"KDAGRAPH_CPU_THREADS=1 under OMP_NUM_THREADS=2: the JSON says cpu_threads {d.get('cpu_threads')}")
+    p = run(["run", "--backend", "cpu", "--rounds", "3"], env={"KDAGRAPH_CPU_THREADS": "two"})
+    if p.returncode == 0 or "KDAGRAPH_CPU_THREADS" not in p.stderr:
+        raise Failure(f"KDAGRAPH_CPU_THREADS=two was not refused by name (exit {p.returncode}):\n{p.stderr}")
+    print(best)
+
+
 @case
 def run_draft_zero():
     p = expect_ok(["run", "--backend", "cpu", "--draft", "0", "--rounds", "10", "--check"])
@@ -293,6 +321,23 @@ def conv_fused_by_default_and_unfused_on_request():
 
 
 @case
+def pdl_on_by_default_and_off_with_no_pdl():
+    """SPEC 5: programmatic dependent launch is on by default, --no-pdl turns it off; the summaries say
+    which, and a checked run agrees with the reference either way."""
+    d = json.loads(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--json"]).stdout)
+    if d.get("pdl") is not True:
+        raise Failure(f"the JSON's pdl is {d.get('pdl')}, expected true by default")
+    d = json.loads(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--no-pdl", "--json"]).stdout)
+    if d.get("pdl") is not False:
+        raise Failure(f"--no-pdl: the JSON's pdl is {d.get('pdl')}")
+    text = summary(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--no-pdl"]).stdout)
+    if not text.get("pdl", "").startswith("off"):
+        raise Failure(f"--no-pdl: the text summary's pdl line: {text.get('pdl')}")
+    check_case("fused-accept", "graph", ["--no-pdl"])
+    print(d["pdl"], text["pdl"])
+
+
+@case
 def check_no_conv():
     check_case("fused-accept", "graph", ["--no-conv"])
     check_case("two-phase", "eager", ["--no-conv"])
@@ -382,7 +427,7 @@ def json_output():
 BENCH_COLUMNS = ["backend", "mode", "exec", "sampler", "layers", "heads", "value_heads", "head_k", "head_v",
                  "io_dtype", "state_dtype", "tokens", "batch", "bucket", "rounds", "host_ms", "device_ms",
                  "tokens_per_s", "state_bytes_per_round", "bandwidth_gbs", "copy_ceiling_gbs", "graph_nodes",
-                 "graph_us_traced", "idle_pct", "largest_gap_us", "conv_width"]
+                 "graph_us_traced", "idle_pct", "largest_gap_us", "conv_width", "cpu_isa"]
 
 
 def small_bench(name):
@@ -406,6 +451,8 @@ def bench_outputs():
         raise Failure(f"{len(rows)} CSV rows, expected 48")
     if any(r["conv_width"] != "4" for r in rows):
         raise Failure("the bench runs the short convolution by default (conv_width 4)")
+    if any(r["cpu_isa"] not in CPU_ISAS for r in rows):
+        raise Failure(f"the CSV's cpu_isa is none of {CPU_ISAS}")
     seen = {(r["mode"], r["exec"], r["sampler"], r["tokens"], r["batch"]) for r in rows}
     if len(seen) != 48:
         raise Failure("the CSV repeats points")
@@ -489,7 +536,7 @@ def plot_charts():
     p = subprocess.run([sys.executable, ARGS.plot, csv_path, "--out", work_dir()], capture_output=True, text=True)
     if p.returncode != 0:
         raise Failure(f"plot.py failed:\n{p.stderr}")
-    for suffix in ("_latency.png", "_bandwidth.png"):
+    for suffix in ("_latency.png", "_speedup.png", "_bandwidth.png"):
         path = os.path.join(work_dir(), "plot" + suffix)
         with open(path, "rb") as f:
             if f.read(8) != b"\x89PNG\r\n\x1a\n":
