@@ -185,10 +185,11 @@ int run(int argc, char** argv) {
     } else if (a == "--no-pdl") {
       pdl = false;
     } else {
-      std::fprintf(stderr,
+      const bool help = a == "--help";
+      std::fprintf(help ? stdout : stderr,
                    "usage: bench_conv_verify [--backend cpu|cuda] [--batches 1,2,4,8] [--tokens 2,4] [--layers L] "
                    "[--runs N] [--no-pdl]\n");
-      return 2;
+      return help ? 0 : 2;
     }
   }
   const auto stream = detail::StreamHandle::create(backend);
