@@ -2,6 +2,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "graph/dispatch.h"
 #include "kdagraph/error.hpp"
@@ -9,10 +10,34 @@
 
 namespace kdagraph::detail {
 
+#if defined(KDAGRAPH_WITH_CUDA)
+namespace {
+
+// Kernel nodes of a captured graph (the copies and memsets are other node types).
+int32_t count_kernel_nodes(cudaGraph_t graph) {
+  size_t count = 0;
+  KDA_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  KDA_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  int32_t kernels = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    KDA_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
+  }
+  return kernels;
+}
+
+}  // namespace
+#endif
+
 Graph::~Graph() { release(); }
 
 Graph::Graph(Graph&& other) noexcept
-    : backend_(other.backend_), cpu_nodes_(std::move(other.cpu_nodes_)), exec_(std::exchange(other.exec_, nullptr)) {}
+    : backend_(other.backend_),
+      cpu_nodes_(std::move(other.cpu_nodes_)),
+      exec_(std::exchange(other.exec_, nullptr)),
+      kernel_nodes_(other.kernel_nodes_) {}
 
 Graph& Graph::operator=(Graph&& other) noexcept {
   if (this != &other) {
@@ -20,6 +45,7 @@ Graph& Graph::operator=(Graph&& other) noexcept {
     backend_ = other.backend_;
     cpu_nodes_ = std::move(other.cpu_nodes_);
     exec_ = std::exchange(other.exec_, nullptr);
+    kernel_nodes_ = other.kernel_nodes_;
   }
   return *this;
 }
@@ -102,13 +128,17 @@ Graph CaptureGuard::end() {
   Graph out;
   out.backend_ = stream_.backend;
   switch (stream_.backend) {
-    case Backend::cpu:
-      out.cpu_nodes_ = cpu_capture_end();
+    case Backend::cpu: {
+      CpuCapture captured = cpu_capture_end();
+      out.cpu_nodes_ = std::move(captured.nodes);
+      out.kernel_nodes_ = captured.kernel_nodes;
       return out;
+    }
     case Backend::cuda: {
 #if defined(KDAGRAPH_WITH_CUDA)
       cudaGraph_t graph = nullptr;
       KDA_CUDA_CHECK(cudaStreamEndCapture(stream_.stream, &graph));
+      out.kernel_nodes_ = count_kernel_nodes(graph);
       const cudaError_t err = cudaGraphInstantiate(&out.exec_, graph, 0);
       KDA_CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));
       KDA_CUDA_CHECK(err);

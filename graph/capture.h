@@ -3,6 +3,7 @@
 // graph/cpu_capture.h, which records the round's closures with their parameters frozen.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "graph/cpu_capture.h"
@@ -28,6 +29,8 @@ class Graph {
   // Makes the graph resident before its first launch (CUDA); nothing to do on the CPU.
   void upload(const Stream& s) const;
   void launch(const Stream& s) const;
+  // Kernel nodes of the captured work (on the CPU, the operations of kernels/ it recorded).
+  int32_t kernel_nodes() const { return kernel_nodes_; }
 
  private:
   friend class CaptureGuard;
@@ -35,6 +38,7 @@ class Graph {
   Backend backend_ = Backend::cpu;
   std::vector<CpuNode> cpu_nodes_;
   cudaGraphExec_t exec_ = nullptr;
+  int32_t kernel_nodes_ = 0;
 };
 
 // Begins a capture of `s`; end() instantiates what was captured. If the scope unwinds before end(), the

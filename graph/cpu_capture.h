@@ -3,6 +3,7 @@
 // the recording runs the nodes in order against the same static buffers, as a CUDA graph does.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -11,17 +12,24 @@ namespace kdagraph::detail {
 
 using CpuNode = std::function<void()>;
 
+// What a capture recorded: its nodes in order, and how many of them are kernels.
+struct CpuCapture {
+  std::vector<CpuNode> nodes;
+  int32_t kernel_nodes = 0;
+};
+
 // Thread-local capture, like cudaStreamCaptureModeThreadLocal. Captures do not nest.
 void cpu_capture_begin();
-std::vector<CpuNode> cpu_capture_end();
+CpuCapture cpu_capture_end();
 bool cpu_capture_active();
-void cpu_record(CpuNode node);
+// `kernel`: an operation of kernels/ (a kernel node on CUDA), not a copy or host work.
+void cpu_record(CpuNode node, bool kernel);
 
 // Runs `node` now, or records it when this thread is capturing. Run now, it is never wrapped in a
 // CpuNode: an eager round allocates nothing for it.
 template <class F>
-void cpu_submit(F&& node) {
-  if (cpu_capture_active()) cpu_record(CpuNode(std::forward<F>(node)));
+void cpu_submit(F&& node, bool kernel = false) {
+  if (cpu_capture_active()) cpu_record(CpuNode(std::forward<F>(node)), kernel);
   else node();
 }
 

@@ -60,10 +60,10 @@ void enqueue(const Stream& s, const typename Op::Params& p, bool pdl) {
         const cudaError_t err = Op::cuda(p, Launch{nullptr, pdl});
         if (err != cudaSuccess) throw_launch_failure(err, Op::kName, Op::shape(p));
         if (!in_cpu_round()) complete_cpu_kernels();
-      });
+      }, true);
 #else
       (void)pdl;
-      cpu_submit([p] { Op::cpu(p); });
+      cpu_submit([p] { Op::cpu(p); }, true);
 #endif
       return;
     case Backend::cuda:

@@ -120,18 +120,23 @@ void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler)
   // layers 0 to l - 1 ran would already have overwritten the rows their next seed reads (the scratch in
   // fused accept, the pool in replay), and the refusal must change nothing (SPEC §6).
   const RoundSpec& spec = verifier_.spec();
+  const bool fused = fuses_conv(verifier_.config());  // one kernel per layer: q, k and v stay in it
   for (int32_t l = 0; l < spec.model.layers; ++l) {
     char where[64];  // names the layer, with no allocation on a round's path
     std::snprintf(where, sizeof where, "GraphRunner: hooks.layer_inputs(%d)", int(l));
-    detail::validate_layer_inputs(where, layer_inputs_[size_t(l)] = hooks_.layer_inputs(l), spec);
+    detail::validate_layer_inputs(where, layer_inputs_[size_t(l)] = hooks_.layer_inputs(l), spec, !fused);
     if (!hooks_.conv_inputs) continue;
     std::snprintf(where, sizeof where, "GraphRunner: hooks.conv_inputs(%d)", int(l));
     detail::validate_conv_inputs(where, conv_inputs_[size_t(l)] = hooks_.conv_inputs(l), spec.conv.channels,
-                                 spec.io_dtype);
+                                 spec.io_dtype, fused);
   }
   verifier_.enqueue_indices(s, rows);
   for (int32_t l = 0; l < spec.model.layers; ++l) {
     if (hooks_.before_layer) hooks_.before_layer(s, l, rows);
+    if (fused) {
+      verifier_.enqueue_conv_verify(s, l, conv_inputs_[size_t(l)], layer_inputs_[size_t(l)], rows);
+      continue;
+    }
     if (hooks_.conv_inputs) verifier_.enqueue_conv(s, l, conv_inputs_[size_t(l)], rows);
     verifier_.enqueue_verify(s, l, layer_inputs_[size_t(l)], rows);
   }
@@ -159,6 +164,7 @@ void GraphRunner::capture(const Stream& s) {
     {
       nvtx::Scoped inst(nvtx::Range::instantiate, bucket);
       detail::Graph graph = capture.end();
+      st.kernel_nodes = graph.kernel_nodes();
       graph.upload(s);
       state_->graphs[bucket] = std::move(graph);
     }

@@ -178,14 +178,9 @@ ConvWindowParams window_params(const RoundSpec& spec, const SlotStorage& st, int
   return p;
 }
 
-}  // namespace
-
-void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const BatchView& batch,
-                   const RoundIndices& idx) {
-  const char* where = "ops::build_indices";
-  validate_round(where, s, spec, storage, idx, batch.rows);
-  detail::validate_batch_view(where, batch);
-  nvtx::Scoped range(nvtx::Range::index_build, batch.rows);
+// What the index build reads for `batch` (its outputs unset): the build's parameters, and a verify's
+// pre-round data (VerifyParams::pre_round).
+IndexBuildParams index_params(const RoundSpec& spec, const SlotStorage& storage, const BatchView& batch) {
   IndexBuildParams p;
   p.slots = batch.slots;
   p.n_real = batch.n_real;
@@ -197,17 +192,13 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
   p.policy = mode_policy(spec.mode);
   if (needs_round_parity(spec)) p.round_parity = storage.round_parity;
   p.errors = storage.errors;
-  p.out = idx;
-  detail::enqueue<BuildIndicesOp>(s, p, spec.pdl);
+  return p;
 }
 
-void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
-                  int32_t rows, int32_t layer, const LayerInputs& in) {
-  const char* where = "ops::verify_layer";
-  validate_round(where, s, spec, storage, idx, rows);
-  detail::validate_layer_index(where, layer, spec.model.layers);
-  detail::validate_layer_inputs(where, in, spec);
-  nvtx::Scoped range(nvtx::Range::layer, layer);
+// A round's verify of layer `layer` with its inputs and the round's indices; with `batch`, the
+// pre-round data its early loads follow (SPEC §5).
+VerifyParams round_verify_params(const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                                 int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch) {
   VerifyParams p = layer_params(spec, storage, rows, layer);
   p.q = in.q;
   p.k = in.k;
@@ -225,6 +216,74 @@ void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& sto
     p.replay_from = idx.replay_from;
     p.cache_to = idx.cache_to;
   }
+  if (batch != nullptr) p.pre_round = index_params(spec, storage, *batch);
+  return p;
+}
+
+// A round's conv of layer `layer` over the round's indices, its outputs those of `in`.
+ConvParams round_conv_params(const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                             int32_t rows, int32_t layer, const ConvLayerInputs& in) {
+  const ModePolicy policy = mode_policy(spec.mode);
+  ConvParams p = conv_params(spec.conv, spec.io_dtype, rows, spec.tokens, in);
+  p.state = storage.conv_state;
+  p.layer = layer;
+  p.slots = storage.slots;
+  p.scratch_steps = storage.scratch_steps;
+  p.layout = conv_layout(policy);
+  p.row_slot = idx.row_slot;
+  if (policy.conv_offset_window) {
+    p.row_accept = idx.seed_accept;
+    p.row_parity = idx.row_parity;
+  } else {
+    p.scratch = storage.conv_scratch;
+    p.write_row = idx.write_row;
+  }
+  p.errors = storage.errors;
+  return p;
+}
+
+}  // namespace
+
+void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const BatchView& batch,
+                   const RoundIndices& idx) {
+  const char* where = "ops::build_indices";
+  validate_round(where, s, spec, storage, idx, batch.rows);
+  detail::validate_batch_view(where, batch);
+  nvtx::Scoped range(nvtx::Range::index_build, batch.rows);
+  IndexBuildParams p = index_params(spec, storage, batch);
+  p.out = idx;
+  detail::enqueue<BuildIndicesOp>(s, p, spec.pdl);
+}
+
+void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                  int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch) {
+  const char* where = "ops::verify_layer";
+  validate_round(where, s, spec, storage, idx, rows);
+  detail::validate_layer_index(where, layer, spec.model.layers);
+  detail::validate_layer_inputs(where, in, spec);
+  if (batch != nullptr) detail::validate_batch_view(where, *batch);
+  nvtx::Scoped range(nvtx::Range::layer, layer);
+  detail::enqueue<VerifyOp>(s, round_verify_params(spec, storage, idx, rows, layer, in, batch), spec.pdl);
+}
+
+void conv_verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                       int32_t rows, int32_t layer, const ConvLayerInputs& conv, const LayerInputs& in,
+                       const BatchView* batch) {
+  const char* where = "ops::conv_verify_layer";
+  validate_round(where, s, spec, storage, idx, rows);
+  require(spec.conv.width > 0, where, "spec.conv.width", "= 0: the layers have no conv");
+  detail::validate_layer_index(where, layer, spec.model.layers);
+  detail::validate_conv_inputs(where, conv, spec.conv.channels, spec.io_dtype, true);
+  detail::validate_layer_inputs(where, in, spec, false);
+  if (batch != nullptr) detail::validate_batch_view(where, *batch);
+  nvtx::Scoped range(nvtx::Range::layer, layer);
+  // q, k and v stay in the kernel: the conv has no output segments and the verify no q, k, v buffers.
+  ConvLayerInputs x_only = conv;
+  for (ConvOutputSegment& seg : x_only.out) seg = ConvOutputSegment{};
+  LayerInputs rest = in;
+  rest.q = rest.k = rest.v = nullptr;
+  VerifyParams p = round_verify_params(spec, storage, idx, rows, layer, rest, batch);
+  p.conv = round_conv_params(spec, storage, idx, rows, layer, x_only);
   detail::enqueue<VerifyOp>(s, p, spec.pdl);
 }
 
@@ -318,23 +377,7 @@ void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& stora
   detail::validate_layer_index(where, layer, spec.model.layers);
   detail::validate_conv_inputs(where, in, spec.conv.channels, spec.io_dtype);
   nvtx::Scoped range(nvtx::Range::conv, layer);
-  const ModePolicy policy = mode_policy(spec.mode);
-  ConvParams p = conv_params(spec.conv, spec.io_dtype, rows, spec.tokens, in);
-  p.state = storage.conv_state;
-  p.layer = layer;
-  p.slots = storage.slots;
-  p.scratch_steps = storage.scratch_steps;
-  p.layout = conv_layout(policy);
-  p.row_slot = idx.row_slot;
-  if (policy.conv_offset_window) {
-    p.row_accept = idx.seed_accept;
-    p.row_parity = idx.row_parity;
-  } else {
-    p.scratch = storage.conv_scratch;
-    p.write_row = idx.write_row;
-  }
-  p.errors = storage.errors;
-  detail::enqueue<ConvOp>(s, p, spec.pdl);
+  detail::enqueue<ConvOp>(s, round_conv_params(spec, storage, idx, rows, layer, in), spec.pdl);
 }
 
 void short_conv(const Stream& s, const ShortConvCall& c) {

@@ -274,10 +274,12 @@ void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t
   }
 }
 
-void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& c) {
-  require_buffer(where, "q", in.q, 16);
-  require_buffer(where, "k", in.k, 16);
-  require_buffer(where, "v", in.v, 16);
+void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& c, bool reads_qkv) {
+  if (reads_qkv) {
+    require_buffer(where, "q", in.q, 16);
+    require_buffer(where, "k", in.k, 16);
+    require_buffer(where, "v", in.v, 16);
+  }
   require_buffer(where, "g", in.g, 16);
   require_buffer(where, "o", in.o, 16);
   require_buffer(where, "beta", in.beta, dtype_size(c.io_dtype));
@@ -287,11 +289,13 @@ void validate_layer_inputs(const char* where, const LayerInputs& in, const Round
   }
 }
 
-void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype) {
+void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype,
+                          bool fused) {
   const uintptr_t es = dtype_size(io_dtype);
-  require_buffer(where, "x", in.x, es);
+  require_buffer(where, "x", in.x, fused ? 16 : es);
   require_buffer(where, "weight", in.weight, alignof(float));
   if (in.bias != nullptr) require_buffer(where, "bias", in.bias, alignof(float));
+  if (fused) return;
   // The segments' argument names, written out: the conv's inputs are checked every round.
   static constexpr const char* kChannels[] = {"out[0].channels", "out[1].channels", "out[2].channels"};
   static constexpr const char* kY[] = {"out[0].y", "out[1].y", "out[2].y"};

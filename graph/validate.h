@@ -36,13 +36,17 @@ void validate_layer_index(const char* where, int32_t layer, int32_t layers);
 void validate_slot(const char* where, int32_t slot, int32_t pool_slots);
 void validate_slot_list(const char* where, const int32_t* slots, int32_t count, int32_t pool_slots);
 void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t n, int32_t tokens);
-void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& spec);
+// A verify's inputs; q, k and v only when it reads them (fused with the conv it does not).
+void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& spec, bool reads_qkv = true);
 // A conv's width (2 to 4), channels and activation.
 void validate_conv(const char* where, const ConvShape& conv);
 // A conv shape (width 0: none) against the layer shape it convolves for.
 void validate_conv_shape(const char* where, const ConvShape& conv, const ModelShape& m);
-// A conv's x, weight, bias and output segments, which must tile [0, channels) in order.
-void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype);
+// A conv's x, weight, bias and output segments, which must tile [0, channels) in order. Fused with the
+// verify: no output segments (q, k and v stay in the kernel), and x 16-byte aligned (it moves in
+// 16-byte copies).
+void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype,
+                          bool fused = false);
 void validate_stream(const char* where, const Stream& s, Backend backend);
 
 }  // namespace kdagraph::detail

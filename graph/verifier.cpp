@@ -31,6 +31,8 @@ RoundSpec round_spec(const VerifierConfig& c) {
   return spec;
 }
 
+bool fuses_conv(const VerifierConfig& c) { return c.conv.width > 0 && c.fuse_conv; }
+
 struct Verifier::Impl {
   VerifierConfig cfg;
   RoundSpec spec;
@@ -140,6 +142,12 @@ struct Verifier::Impl {
   char* conv_window(int32_t layer, int32_t slot) const {
     const int64_t row = (int64_t(layer) * cfg.pool.slots + slot) * conv_state_stride;
     return conv_state.as<char>() + size_t(row) * dtype_size(cfg.io_dtype);
+  }
+
+  // Replay's materialize uses the gate parameters each layer's last verify was given.
+  void remember_gates(int32_t layer, const LayerInputs& in) {
+    gates[size_t(layer)] = GateParams{in.A_log, in.dt_bias};
+    gates_known = gates_known || layer == cfg.model.layers - 1;
   }
 
   // While a graph is being captured the batch is data, set before each replay; only the capacity
@@ -299,9 +307,20 @@ void Verifier::enqueue_verify(const Stream& s, int32_t layer, const LayerInputs&
   const char* where = "Verifier::enqueue_verify";
   detail::validate_stream(where, s, m.cfg.backend);
   m.check_rows(where, s, rows);
-  ops::verify_layer(s, m.spec, m.storage, m.idx, rows, layer, in);
-  m.gates[size_t(layer)] = GateParams{in.A_log, in.dt_bias};
-  m.gates_known = m.gates_known || layer == m.cfg.model.layers - 1;
+  const BatchView batch = batch_view(rows);  // the index build's: the seed loads before the wait
+  ops::verify_layer(s, m.spec, m.storage, m.idx, rows, layer, in, &batch);
+  m.remember_gates(layer, in);
+}
+
+void Verifier::enqueue_conv_verify(const Stream& s, int32_t layer, const ConvLayerInputs& conv, const LayerInputs& in,
+                                   int32_t rows) {
+  Impl& m = *impl_;
+  const char* where = "Verifier::enqueue_conv_verify";
+  detail::validate_stream(where, s, m.cfg.backend);
+  m.check_rows(where, s, rows);
+  const BatchView batch = batch_view(rows);
+  ops::conv_verify_layer(s, m.spec, m.storage, m.idx, rows, layer, conv, in, &batch);
+  m.remember_gates(layer, in);
 }
 
 void Verifier::enqueue_round(const Stream& s, const LayerInputs* layers, int32_t rows) {
@@ -316,13 +335,18 @@ void Verifier::enqueue_round(const Stream& s, const ConvLayerInputs* convs, cons
   require(layers != nullptr, where, "layers", "is null");
   require((convs != nullptr) == (spec.conv.width > 0), where, "convs",
           spec.conv.width > 0 ? "is null, but the layers have a conv" : "are given, but the layers have no conv");
+  const bool fused = fuses_conv(impl_->cfg);
   for (int32_t l = 0; l < spec.model.layers; ++l) {
-    detail::validate_layer_inputs(where, layers[l], spec);
-    if (convs != nullptr) detail::validate_conv_inputs(where, convs[l], spec.conv.channels, spec.io_dtype);
+    detail::validate_layer_inputs(where, layers[l], spec, !fused);
+    if (convs != nullptr) detail::validate_conv_inputs(where, convs[l], spec.conv.channels, spec.io_dtype, fused);
   }
   detail::cpu_round(s, [&] {
     enqueue_indices(s, rows);
     for (int32_t l = 0; l < spec.model.layers; ++l) {
+      if (fused) {
+        enqueue_conv_verify(s, l, convs[l], layers[l], rows);
+        continue;
+      }
       if (convs != nullptr) enqueue_conv(s, l, convs[l], rows);
       enqueue_verify(s, l, layers[l], rows);
     }

@@ -130,9 +130,11 @@ struct ConvRow {
   KDA_HD bool padded() const { return state == nullptr; }
 };
 
-KDA_HD ConvRow conv_row(const ConvParams& p, int32_t n, bool report) {
+// Row n as slot `slot` with accept length `accept` and parity `parity` (used in the layouts that keep
+// them): conv_row reads them from the row's index arrays; a verify predicting its window before its grid
+// dependency wait (SPEC §5) passes pre-round values.
+KDA_HD ConvRow conv_row_at(const ConvParams& p, int32_t n, int32_t slot, int32_t accept, int32_t parity, bool report) {
   ConvRow r;
-  const int32_t slot = p.row_slot[n];
   if (slot < 0) return r;
   if (slot >= p.slots) {
     if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, slot);
@@ -141,10 +143,10 @@ KDA_HD ConvRow conv_row(const ConvParams& p, int32_t n, bool report) {
   const bool fixed = p.layout == ConvLayout::fixed_window;
   if (!fixed) {
     // The window must lie inside the row's columns.
-    const int32_t a = checked_accept(p.row_accept[n], 0, p.scratch_steps, n, p.errors, report);
-    const int32_t parity = p.layout == ConvLayout::halves ? p.row_parity[n] & 1 : 0;
-    r.read = conv_window_column(p.layout, a, parity, p.width, p.scratch_steps);
-    r.write = p.layout == ConvLayout::halves ? conv_window_column(p.layout, 0, 1 - parity, p.width, p.scratch_steps) : 0;
+    const int32_t a = checked_accept(accept, 0, p.scratch_steps, n, p.errors, report);
+    const int32_t half = p.layout == ConvLayout::halves ? parity & 1 : 0;
+    r.read = conv_window_column(p.layout, a, half, p.width, p.scratch_steps);
+    r.write = p.layout == ConvLayout::halves ? conv_window_column(p.layout, 0, 1 - half, p.width, p.scratch_steps) : 0;
     r.keep = p.layout == ConvLayout::halves ? p.width - 1 : p.width - 2;
   }
   char* state = layer_base(p.state, p.layer);
@@ -156,6 +158,12 @@ KDA_HD ConvRow conv_row(const ConvParams& p, int32_t n, bool report) {
   r.state = state_row(state, p.state, slot);
   r.scratch = scratch;
   return r;
+}
+
+KDA_HD ConvRow conv_row(const ConvParams& p, int32_t n, bool report) {
+  const bool fixed = p.layout == ConvLayout::fixed_window;
+  return conv_row_at(p, n, p.row_slot[n], fixed ? 0 : p.row_accept[n],
+                     p.layout == ConvLayout::halves ? p.row_parity[n] : 0, report);
 }
 
 // Where channel c of a row's outputs goes: the segment holding it, found once per unit (the
@@ -193,47 +201,76 @@ KDA_HD float conv_output_value(const ConvParams& p, const float (&w)[W], const f
   return conv_activation(p.activation, acc);
 }
 
-// One unit of work: channel c of row n for all T tokens. The window is read whole before anything is
-// written: in place, the row's new columns overlap the columns it was read from.
+// Channel c of a real row n for all T tokens: y[t * y_stride] = y_t (io dtype) and, when
+// `writes_state`, the channel's history (in_place, halves) or its conv scratch windows (fixed_window).
+// The window is read whole before anything is written: in place, the row's new columns overlap the
+// columns it was read from.
 template <int W, class IoT>
-KDA_HD void conv_channel(const ConvParams& p, const ConvRow& r, int32_t n, int32_t c) {
+KDA_HD void conv_channel_into(const ConvParams& p, const ConvRow& r, int32_t n, int32_t c, IoT* y, int64_t y_stride,
+                              bool writes_state) {
   const int32_t T = p.tokens;
   const int64_t C = p.channels;
-  const ConvOutputAt<IoT> out = conv_output<IoT>(p, c);
   const int64_t token0 = int64_t(n) * T;
-  if (r.padded()) {
-    for (int32_t t = 0; t < T; ++t) *out.at(token0 + t) = math::from_f32<IoT>(0.0f);
-    return;
-  }
   IoT* state = reinterpret_cast<IoT*>(r.state) + c;  // column j of this channel at state[j * C]
+  // The window's inputs as stored: what the history and conv scratch copy, bit for bit.
+  IoT raw[W - 1];
   float window[W - 1];
-  for (int j = 0; j < W - 1; ++j) window[j] = math::to_f32(state[(r.read + j) * C]);
+  for (int j = 0; j < W - 1; ++j) {
+    raw[j] = state[(r.read + j) * C];
+    window[j] = math::to_f32(raw[j]);
+  }
   float w[W];
   for (int j = 0; j < W; ++j) w[j] = p.weight[c * int64_t(W) + j];
   const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
-  const bool writes_history = p.layout != ConvLayout::fixed_window;
+  const bool writes_history = writes_state && p.layout != ConvLayout::fixed_window;
   if (writes_history) {  // the window's last `keep` inputs start the history (constant indices: registers)
     const int32_t dropped = W - 1 - r.keep;
     for (int j = 0; j < W - 1; ++j)
-      if (j >= dropped) state[(r.write + j - dropped) * C] = math::from_f32<IoT>(window[j]);
+      if (j >= dropped) state[(r.write + j - dropped) * C] = raw[j];
   }
 
   const IoT* x = static_cast<const IoT*>(p.x) + token0 * C + c;
   for (int32_t t = 0; t < T; ++t) {
     const IoT x_raw = x[t * C];
     const float xt = math::to_f32(x_raw);
-    *out.at(token0 + t) = math::from_f32<IoT>(conv_output_value<W>(p, w, window, xt, bias));
-    for (int j = 0; j < W - 2; ++j) window[j] = window[j + 1];
-    window[W - 2] = xt;
-    if (writes_history) {
-      state[(r.write + r.keep + t) * C] = x_raw;
-      continue;
+    y[t * y_stride] = math::from_f32<IoT>(conv_output_value<W>(p, w, window, xt, bias));
+    for (int j = 0; j < W - 2; ++j) {
+      window[j] = window[j + 1];
+      raw[j] = raw[j + 1];
     }
+    window[W - 2] = xt;
+    raw[W - 2] = x_raw;
+    if (writes_history) state[(r.write + r.keep + t) * C] = x_raw;
+    if (!writes_state || p.layout != ConvLayout::fixed_window) continue;
     const int32_t row = p.write_row[token0 + t];
     if (row < 0) continue;
     IoT* scratch = reinterpret_cast<IoT*>(state_row(r.scratch, p.scratch, row)) + c;
-    for (int j = 0; j < W - 1; ++j) scratch[j * C] = math::from_f32<IoT>(window[j]);
+    for (int j = 0; j < W - 1; ++j) scratch[j * C] = raw[j];
   }
+}
+
+// conv_channel_into at the run-time width p.width (2 to 4, checked by the callers).
+template <class IoT>
+KDA_HD void conv_channel_into_width(const ConvParams& p, const ConvRow& r, int32_t n, int32_t c, IoT* y,
+                                    int64_t y_stride, bool writes_state) {
+  switch (p.width) {
+    case 2: return conv_channel_into<2, IoT>(p, r, n, c, y, y_stride, writes_state);
+    case 3: return conv_channel_into<3, IoT>(p, r, n, c, y, y_stride, writes_state);
+    default: return conv_channel_into<4, IoT>(p, r, n, c, y, y_stride, writes_state);
+  }
+}
+
+// One unit of work of the conv operation: channel c of row n for all T tokens, into its output segment
+// (zeros for a padded row).
+template <int W, class IoT>
+KDA_HD void conv_channel(const ConvParams& p, const ConvRow& r, int32_t n, int32_t c) {
+  const ConvOutputAt<IoT> out = conv_output<IoT>(p, c);
+  const int64_t token0 = int64_t(n) * p.tokens;
+  if (r.padded()) {
+    for (int32_t t = 0; t < p.tokens; ++t) *out.at(token0 + t) = math::from_f32<IoT>(0.0f);
+    return;
+  }
+  conv_channel_into<W, IoT>(p, r, n, c, out.at(token0), out.stride, true);
 }
 
 // The window moves of SPEC §9, for every (entry, layer, channel): the W - 1 columns starting at

@@ -42,17 +42,47 @@ struct RowSeed {
   int32_t accept;  // gathered accept length, clamped to [0, S] ([0, T] in replay); -1 for padded rows
 };
 
-// Decides what row n is. Bad slots (out of range, repeated) make the row padding; an accept length
-// outside [0, S] (replay: [0, T], the tokens a cache row holds) is clamped. Both are recorded.
-KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n) {
+// Decides what row n is. With `checked` (the index build): bad slots (out of range, repeated) make the
+// row padding and an accept length outside [0, S] (replay: [0, T], the tokens a cache row holds) is
+// clamped, both recorded. Without (a verify's prediction before its grid dependency wait, SPEC §5): no
+// repeated-slot scan and nothing recorded; the index arrays the build wrote correct it after the wait.
+KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n, bool checked) {
   int32_t n_real = *p.n_real;
   n_real = n_real < 0 ? 0 : (n_real > p.rows ? p.rows : n_real);
-  const int32_t slot = n < n_real ? checked_slot(p.slots, n, p.pool_slots, p.errors, true) : -1;
+  int32_t slot = -1;
+  if (n < n_real)
+    slot = checked ? checked_slot(p.slots, n, p.pool_slots, p.errors, true)
+                   : (p.slots[n] >= 0 && p.slots[n] < p.pool_slots ? p.slots[n] : -1);
   // Padded rows gather too, from slot 0: always in range, so the gather needs no branch.
   int32_t accept = p.accept_len[slot >= 0 ? slot : 0];
   const int32_t max_accept = p.policy.token_cache ? p.tokens : p.scratch_steps;
-  if (slot >= 0) accept = checked_accept(accept, 0, max_accept, n, p.errors, true);
+  if (slot >= 0) accept = checked_accept(accept, 0, max_accept, n, p.errors, checked);
   return RowSeed{slot, slot >= 0 ? accept : -1};
+}
+
+// Where a resolved row's state and inputs come from (SPEC §3, §4): every field -1 for a padded
+// row. The build writes them; a verify predicting its seed calls the same function.
+struct RowIndices {
+  int32_t slot = -1, accept = -1;
+  int32_t seed_pool = -1, seed_scratch = -1;  // the seed: pool row or scratch row
+  int32_t parity = -1;                        // the slot's round parity, where the round keeps one
+  int32_t replay_from = -1, cache_to = -1;    // replay's token cache rows
+};
+
+KDA_HD RowIndices row_indices(const IndexBuildParams& p, const RowSeed& r) {
+  RowIndices i;
+  if (r.slot < 0) return i;
+  i.slot = r.slot;
+  i.accept = r.accept;
+  const bool from_scratch = p.policy.seed_from_scratch && r.accept > 0;
+  i.seed_pool = from_scratch ? -1 : r.slot;
+  i.seed_scratch = from_scratch ? seed_scratch_row(r.slot, r.accept, p.scratch_steps) : -1;
+  if (p.round_parity == nullptr) return i;
+  i.parity = p.round_parity[r.slot] & 1;
+  if (!p.policy.token_cache) return i;
+  i.replay_from = r.accept > 0 ? cache_row(r.slot, i.parity) : -1;
+  i.cache_to = cache_row(r.slot, 1 - i.parity);
+  return i;
 }
 
 // One call per row: the row is resolved once (its repeated-slot scan is O(n)), then its T write rows.
@@ -60,21 +90,17 @@ struct BuildIndices {
   IndexBuildParams p;
 
   KDA_HD void operator()(int32_t n) const {
-    const RowSeed r = resolve_row(p, n);
-    const bool real = r.slot >= 0, from_scratch = real && p.policy.seed_from_scratch && r.accept > 0;
-    p.out.row_slot[n] = r.slot;
-    p.out.seed_accept[n] = r.accept;
-    p.out.seed_pool[n] = real && !from_scratch ? r.slot : -1;
-    p.out.seed_scratch[n] = from_scratch ? seed_scratch_row(r.slot, r.accept, p.scratch_steps) : -1;
+    const RowIndices i = row_indices(p, resolve_row(p, n, true));
+    p.out.row_slot[n] = i.slot;
+    p.out.seed_accept[n] = i.accept;
+    p.out.seed_pool[n] = i.seed_pool;
+    p.out.seed_scratch[n] = i.seed_scratch;
     int32_t* write_row = p.out.write_row + int64_t(n) * p.tokens;
     for (int32_t t = 0; t < p.tokens; ++t)
-      write_row[t] = real && p.policy.per_token_scratch ? scratch_row(r.slot, t, p.scratch_steps) : -1;
-    const bool has_parity = real && p.round_parity != nullptr, cached = has_parity && p.policy.token_cache;
-    const int32_t parity = has_parity ? p.round_parity[r.slot] & 1 : 0;
-    if (p.out.row_parity != nullptr) p.out.row_parity[n] = has_parity ? parity : -1;
-    if (p.out.replay_from != nullptr)
-      p.out.replay_from[n] = cached && r.accept > 0 ? cache_row(r.slot, parity) : -1;
-    if (p.out.cache_to != nullptr) p.out.cache_to[n] = cached ? cache_row(r.slot, 1 - parity) : -1;
+      write_row[t] = i.slot >= 0 && p.policy.per_token_scratch ? scratch_row(i.slot, t, p.scratch_steps) : -1;
+    if (p.out.row_parity != nullptr) p.out.row_parity[n] = i.parity;
+    if (p.out.replay_from != nullptr) p.out.replay_from[n] = i.replay_from;
+    if (p.out.cache_to != nullptr) p.out.cache_to[n] = i.cache_to;
   }
 };
 

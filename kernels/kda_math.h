@@ -106,18 +106,34 @@ KDA_HD float query_scale(const VerifyOptions& opt, int head_k) {
   return opt.scale != 0.0f ? opt.scale : 1.0f / sqrtf(float(head_k));
 }
 
-// Log decay of key channel i of value head h. `x` is g itself for GateMode::precomputed, the raw gate
-// input otherwise; a_log = A_log[h], dt_bias = dt_bias[h * K + i].
-KDA_HD float log_decay(const VerifyOptions& opt, float x, float a_log, float dt_bias) {
+// The per-head factor of the gate in the kernel, computed once per head: -exp(A_log[h]) (softplus) or
+// exp(A_log[h]) (lower bound); 0 for a precomputed g.
+KDA_HD float gate_scale(const VerifyOptions& opt, float a_log) {
+  switch (opt.gate) {
+    case GateMode::softplus: return -expf(a_log);
+    case GateMode::lower_bound: return expf(a_log);
+    case GateMode::precomputed:
+    default: return 0.0f;
+  }
+}
+
+// Log decay of key channel i of value head h given its head's gate_scale. `x` is g itself for
+// GateMode::precomputed, the raw gate input otherwise; dt_bias = dt_bias[h * K + i].
+KDA_HD float log_decay_scaled(const VerifyOptions& opt, float x, float scale, float dt_bias) {
   switch (opt.gate) {
     case GateMode::softplus:
-      return -expf(a_log) * softplus(x + dt_bias);
+      return scale * softplus(x + dt_bias);
     case GateMode::lower_bound:
-      return opt.gate_lower_bound * sigmoid(expf(a_log) * (x + dt_bias));
+      return opt.gate_lower_bound * sigmoid(scale * (x + dt_bias));
     case GateMode::precomputed:
     default:
       return x;
   }
+}
+
+// The same from A_log[h] itself: log_decay_scaled's values bit for bit.
+KDA_HD float log_decay(const VerifyOptions& opt, float x, float a_log, float dt_bias) {
+  return log_decay_scaled(opt, x, gate_scale(opt, a_log), dt_bias);
 }
 
 KDA_HD float beta_value(const VerifyOptions& opt, float raw) {

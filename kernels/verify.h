@@ -8,13 +8,18 @@
 // last round, onto pool[slot] (the same preprocessing and update, no outputs), writes that state back
 // to the pool (a > 0), then verifies its T new tokens from it and stores their inputs in the cache.
 // Materialize in replay mode is the same kernel over a list of slots with no new tokens.
+//
+// With VerifyParams::conv (SPEC §9, one kernel per layer) the new tokens' q, k and v come from the
+// short convolution of x, computed by the verify itself with the functions of kernels/conv.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "kdagraph/types.hpp"
+#include "kernels/conv.h"
 #include "kernels/device_error.h"
+#include "kernels/indices.h"
 #include "kernels/layout.h"
 
 namespace kdagraph {
@@ -67,6 +72,18 @@ struct VerifyParams {
   int32_t slots = 0;
   const int32_t* accept_len = nullptr;
   const int32_t* round_parity = nullptr;
+
+  // SPEC §9, the short convolution fused in (one kernel per layer): with conv.width > 0 each new
+  // token's q, k and v are the conv of conv.x over its row's conv history, rounded to the io dtype as the
+  // conv operation writes them, and q, k and v above are not read. conv.rows, tokens, layer, errors and
+  // index arrays are this verify's; its output segments are not used. Layouts halves (the owner of a
+  // channel writes its history to the half the row does not read) and fixed_window (conv scratch).
+  ConvParams conv;
+  // SPEC §5: with pre_round.slots set (the batch the index build reads, and the slots' accept lengths
+  // and parities), a block loads its seed tile and conv window before it waits on the previous kernel,
+  // from where resolve_row and row_indices (kernels/indices.h) predict them; after the wait the index
+  // arrays confirm them (a row they make padding discards the loads). Unset: every read after the wait.
+  IndexBuildParams pre_round;
 };
 
 // What row n of a launch does, decided once per row by the CPU and the CUDA kernel alike.
@@ -122,6 +139,17 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
       r.cache_to = -1;
     }
   }
+  return r;
+}
+
+// Row n's seed as predicted from pre-round data (p.pre_round, SPEC §5), for the loads a kernel issues
+// before its grid dependency wait; nothing is recorded (the index build records). padded() when the
+// prediction names no row, or one outside its view.
+KDA_HD VerifyRow predicted_row(const VerifyParams& p, const RowIndices& i) {
+  VerifyRow r;
+  r.seed_pool = i.seed_pool;
+  r.seed_scratch = i.seed_scratch;
+  if (r.seed_pool >= p.pool.rows || r.seed_scratch >= p.scratch.rows) return VerifyRow{};
   return r;
 }
 

@@ -1,4 +1,5 @@
-// CPU implementation of the verify (SPEC §1, §3), compiled once per instruction set (kernels/cpu_isa.h).
+// CPU implementation of the verify (SPEC §1, §3), with the short conv fused in when VerifyParams::conv
+// has one (SPEC §9), compiled once per instruction set (kernels/cpu_isa.h).
 // The element arithmetic is kernels/kda_math.h's, with its multiply-adds spelled as the set's fmadd and
 // its sums over K as explicit vectors (kernels/cpu_simd.h): every mode, replayed tokens and new ones,
 // runs the same instructions in the same order and agrees bitwise.
@@ -57,15 +58,21 @@ struct UnitGrid {
 
 // A thread's working buffers for one unit, carved from its cpu_thread_scratch: the key-side vectors of
 // the unit's U tokens and one group of state rows, kp = padded_lanes(K) floats each (zeros beyond K),
-// and the scratch row of each new token's post-state.
+// the scratch row of each new token's post-state, and with the conv fused its outputs for the new tokens
+// (conv_head's q [T][K], k [T][K], v [T][V], in the io dtype).
 struct UnitScratch {
   int64_t kp;
   float *q, *k, *a, *beta, *rows;
+  void* conv;
   int32_t* write_row;
 
+  static int64_t conv_floats(const VerifyParams& p) {
+    return p.conv.width > 0 ? padded_lanes(int32_t(int64_t(p.tokens) * (2 * p.head_k + p.head_v))) : 0;
+  }
   static size_t bytes(const VerifyParams& p) {
     const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
-    const int64_t floats = (3 * tokens + kRowGroup) * padded_lanes(p.head_k) + padded_lanes(int32_t(tokens));
+    const int64_t floats =
+        (3 * tokens + kRowGroup) * padded_lanes(p.head_k) + padded_lanes(int32_t(tokens)) + conv_floats(p);
     return size_t(floats) * sizeof(float) + size_t(p.tokens) * sizeof(int32_t);
   }
   UnitScratch(void* base, const VerifyParams& p) : kp(padded_lanes(p.head_k)) {
@@ -75,19 +82,22 @@ struct UnitScratch {
     k = q + tokens * kp;
     a = k + tokens * kp;
     beta = a + tokens * kp;
-    write_row = reinterpret_cast<int32_t*>(beta + padded_lanes(int32_t(tokens)));
+    float* conv_base = beta + padded_lanes(int32_t(tokens));
+    conv = conv_base;
+    write_row = reinterpret_cast<int32_t*>(conv_base + conv_floats(p));
   }
 };
 
 // Where token u's inputs of one (row, head) are: the first `replay` tokens in the cache row, the rest in
-// the layer's inputs. q is null for cached tokens, which produce no output.
+// the layer's inputs (with the conv fused: q, k and v in the conv's buffer). q is null for cached tokens,
+// which produce no output; o_off is where a new token's output goes.
 struct TokenSource {
   const void* q = nullptr;
   const void* k;
   const void* v;
   const void* g;
   const void* beta;
-  int64_t q_off = 0, k_off, v_off, g_off, beta_off;
+  int64_t q_off = 0, k_off, v_off, g_off, beta_off, o_off = 0;
 };
 
 struct UnitTokens {
@@ -96,6 +106,7 @@ struct UnitTokens {
   const char* cache_row;
   TokenCacheLayout cache;
   int32_t n, h, hq;
+  const void* conv_qkv;  // conv_head's buffer when the conv is fused, else null
 
   TokenSource source(int32_t u) const {
     TokenSource src;
@@ -114,9 +125,16 @@ struct UnitTokens {
     src.g = p.g;
     src.beta = p.beta;
     src.q_off = src.k_off = (tok * p.heads + hq) * p.head_k;
-    src.v_off = (tok * p.value_heads + h) * p.head_v;
+    src.v_off = src.o_off = (tok * p.value_heads + h) * p.head_v;
     src.g_off = (tok * p.value_heads + h) * p.head_k;
     src.beta_off = tok * p.value_heads + h;
+    if (conv_qkv != nullptr) {  // q, k and v of new token t from the conv
+      const int64_t t = u - r.replay, T = p.tokens;
+      src.q = src.k = src.v = conv_qkv;
+      src.q_off = t * p.head_k;
+      src.k_off = T * p.head_k + t * p.head_k;
+      src.v_off = 2 * T * p.head_k + t * p.head_v;
+    }
     return src;
   }
 };
@@ -231,12 +249,32 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
       }
       continue;
     }
-    for (int r = 0; r < R; ++r) o[src.v_off + j + r] = math::from_f32<IoT>(out[r]);
+    for (int r = 0; r < R; ++r) o[src.o_off + j + r] = math::from_f32<IoT>(out[r]);
     const int32_t write_row = w.write_row[t - replay];
     if (write_row < 0) continue;
     StateT* post = reinterpret_cast<StateT*>(state_row(u.scratch, p.scratch, write_row)) + u.tokens.h * head_elems;
     store_rows(post + int64_t(j) * K, w.rows, w.kp, K, R, streaming);
   }
+}
+
+// The fused conv of one unit (SPEC §9): the q and k channels of its query/key head and the v channels
+// of its V rows, for the T new tokens, into w.conv (q [T][K], k [T][K], v [T][V]). The first unit of the
+// first value head of a group writes the history of the q and k channels, every unit its v channels'.
+template <class IoT>
+const IoT* conv_head(const VerifyParams& p, const ConvRow& r, const Unit& unit, const UnitScratch& w) {
+  const int32_t K = p.head_k, V = p.head_v, T = p.tokens, HK = p.heads * K, G = p.value_heads / p.heads;
+  const int32_t n = unit.row, h = unit.head, hq = h / G;
+  IoT* q = static_cast<IoT*>(w.conv);
+  IoT* k = q + int64_t(T) * K;
+  IoT* v = k + int64_t(T) * K;
+  const bool owns_qk = h % G == 0 && unit.first_v == 0;
+  for (int32_t i = 0; i < K; ++i) {
+    conv_channel_into_width<IoT>(p.conv, r, n, hq * K + i, q + i, K, owns_qk);
+    conv_channel_into_width<IoT>(p.conv, r, n, HK + hq * K + i, k + i, K, owns_qk);
+  }
+  for (int32_t j = unit.first_v; j < unit.end_v; ++j)
+    conv_channel_into_width<IoT>(p.conv, r, n, 2 * HK + h * V + j, v + j, V, true);
+  return q;
 }
 
 // One unit: its tokens' key-side vectors once, then its V rows, a group at a time, through all tokens:
@@ -251,7 +289,9 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
 
   const VerifyRow r = verify_row(p, n, reports);
   const VerifyBases b = r.padded() ? VerifyBases{} : verify_bases(p, r, n, reports);
-  if (r.padded() || !b.ok) {  // padded row: zeros out, nothing read, no state written
+  const bool fused = p.conv.width > 0;
+  const ConvRow conv = fused && !r.padded() && b.ok ? conv_row(p.conv, n, reports) : ConvRow{};
+  if (r.padded() || !b.ok || (fused && conv.padded())) {  // padded row: zeros out, nothing read, no state written
     for (int32_t t = 0; t < T; ++t) {
       IoT* out = o + ((int64_t(n) * T + t) * HV + h) * p.head_v;
       for (int32_t j = unit.first_v; j < unit.end_v; ++j) out[j] = math::from_f32<IoT>(0.0f);
@@ -263,7 +303,8 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
       verify_seed<StateT>(p, r, b) + h * head_elems,
       r.replay > 0 ? reinterpret_cast<StateT*>(state_row(b.pool, p.pool, r.seed_pool)) + h * head_elems : nullptr,
       b.scratch,
-      UnitTokens{p, r, cache_row, TokenCacheLayout{p.cache_tokens, p.heads, HV, K, p.head_v}, n, h, hq},
+      UnitTokens{p, r, cache_row, TokenCacheLayout{p.cache_tokens, p.heads, HV, K, p.head_v}, n, h, hq,
+                 fused ? conv_head<IoT>(p, conv, unit, w) : nullptr},
       r.replay + T};
 
   const float q_scale = math::query_scale(p.options, K);
@@ -287,9 +328,10 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
   for (; j < unit.end_v; ++j) verify_rows<1, IoT, StateT>(p, rows, w, j, streaming);
   if (streaming) stream_fence();
 
-  if (r.cache_to < 0 || unit.first_v != 0) return;
-  // The new tokens' inputs, as given, for the next round's replay. k is shared by the G value heads of
-  // query head hq: its first value head writes it.
+  if (r.cache_to < 0) return;
+  // The new tokens' inputs, as given (fused: as the conv made them), for the next round's replay: each
+  // unit its V rows' v, the first unit of the head its g and beta and, of the first value head of query
+  // head hq, the k the group shares.
   const TokenCacheLayout& cache = rows.tokens.cache;
   IoT* dst = reinterpret_cast<IoT*>(state_row(b.cache, p.token_cache, r.cache_to));
   auto copy = [&](const void* from, int64_t from_off, int64_t to_off, int32_t count) {
@@ -297,8 +339,9 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
   };
   for (int32_t t = 0; t < T; ++t) {
     const TokenSource src = rows.tokens.source(r.replay + t);
+    copy(src.v, src.v_off + unit.first_v, cache.v_offset(t, h) + unit.first_v, unit.end_v - unit.first_v);
+    if (unit.first_v != 0) continue;
     if (h % (HV / p.heads) == 0) copy(src.k, src.k_off, cache.k_offset(t, hq), K);
-    copy(src.v, src.v_off, cache.v_offset(t, h), p.head_v);
     copy(src.g, src.g_off, cache.g_offset(t, h), K);
     copy(src.beta, src.beta_off, cache.beta_offset(t, h), 1);
   }

@@ -2,7 +2,7 @@
 // on one layer of Kimi-Linear-48B at TP 2 (H = HV = 16, K = V = 128, so C = 6144; W = 4, SiLU, no
 // bias), T = 4, bf16 inputs, fp32 state, every slot mid-stream (accept lengths 1 to T), batch 1 to 128:
 //   verify      ops::verify_layer, fused-accept: the recurrent part of the layer
-//   conv        ops::conv_layer, fused-accept: the offset window read and advanced in place
+//   conv        ops::conv_layer, fused-accept: the window read from one half, the history written to the other
 //   conv 2p     ops::conv_layer, two-phase: the window at column 0, each token's window to the conv scratch
 //   commit 2p   the two-phase ops::commit with the conv against the same commit without it: the copy of
 //               the accepted window back into the conv state
@@ -26,11 +26,14 @@
 #include "kernels/layout.h"
 #include "kernels/memory.h"
 #include "kernels/stream.h"
+#include "profiling/bench_ops.h"
 
 namespace kdagraph {
 namespace {
 
 using detail::Buffer;
+using profiling::median_ms;
+using profiling::random_buffer;
 
 constexpr int32_t kTokens = 4, kWidth = 4;
 
@@ -45,24 +48,6 @@ RoundSpec layer_spec(Mode mode, bool conv) {
   s.mode = mode;
   if (conv) s.conv = ConvShape{conv_channels(s.model), kWidth, ConvActivation::silu};
   return s;
-}
-
-// Backend memory of `elems` values of dtype t, uniform in [lo, hi).
-Buffer random_buffer(Backend b, size_t elems, DType t, std::mt19937& rng, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<uint8_t> host(elems * dtype_size(t));
-  for (size_t i = 0; i < elems; ++i) {
-    const float x = d(rng);
-    if (t == DType::f32) {
-      std::memcpy(host.data() + 4 * i, &x, 4);
-    } else {
-      const math::bf16 h = math::f32_to_bf16(x);
-      std::memcpy(host.data() + 2 * i, &h, 2);
-    }
-  }
-  Buffer out(b, host.size());
-  out.upload(host.data(), host.size());
-  return out;
 }
 
 // One layer's storage and inputs for a batch of N rows in one mode, slots 0..N-1.
@@ -146,35 +131,6 @@ struct Layer {
   }
 };
 
-// Median milliseconds of `runs` calls of `op` on `s`, after one untimed call.
-double median_ms(const Stream& s, int runs, const std::function<void()>& op) {
-  const auto handle = detail::StreamHandle::view(s);
-  detail::Event start(s.backend), end(s.backend);
-  op();
-  handle.synchronize();
-  std::vector<double> ms;
-  for (int r = 0; r < runs; ++r) {
-    start.record(s);
-    op();
-    end.record(s);
-    ms.push_back(end.elapsed_ms_since(start));
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-std::vector<int32_t> parse_list(const char* text) {
-  std::vector<int32_t> out;
-  for (const char* p = text; *p != '\0';) {
-    char* end = nullptr;
-    const long v = std::strtol(p, &end, 10);
-    if (end == p || v < 1 || v > 4096) throw std::invalid_argument(std::string("--batches: bad list '") + text + "'");
-    out.push_back(int32_t(v));
-    p = *end == ',' ? end + 1 : end;
-  }
-  return out;
-}
-
 int run(int argc, char** argv) {
   Backend backend = Backend::cpu;
   std::vector<int32_t> batches = {1, 2, 4, 8, 16, 32, 64, 128};
@@ -186,7 +142,7 @@ int run(int argc, char** argv) {
       if (v != "cpu" && v != "cuda") throw std::invalid_argument("--backend: cpu or cuda, not " + v);
       backend = v == "cuda" ? Backend::cuda : Backend::cpu;
     } else if (a == "--batches" && i + 1 < argc) {
-      batches = parse_list(argv[++i]);
+      batches = profiling::parse_list("--batches", argv[++i]);
     } else if (a == "--runs" && i + 1 < argc) {
       runs = std::max(1, std::atoi(argv[++i]));
     } else {

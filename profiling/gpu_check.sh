@@ -4,10 +4,11 @@
 # (420) seconds on a machine with a CUDA device, nvcc, cmake, ninja, python3 with torch, triton, cupy,
 # nanobind, scikit-build-core and pytest, compute-sanitizer, and no network. It configures and builds,
 # for KDAGRAPH_CUDA_ARCHITECTURES (90), only what its stages run (the library, the *_cuda_test targets,
-# bench_verify_cuda, the command line, the Python extension), then: the kernels' registers, shared memory,
+# bench_verify_cuda, bench_conv_verify, the command line, the Python extension), then: the kernels' registers, shared memory,
 # stack and spills from ptxas; every gpu-labelled test; tests/python against this build (torch and cupy
 # arrays, a torch.cuda.graph of the drop-ins); the command line against the CPU reference; the capture of
-# every bucket; the verify's bandwidth; whole rounds in every mode (kdagraph bench); flash-linear-
+# every bucket; the verify's bandwidth; one kernel per layer (the conv fused into the verify) against two,
+# PDL on and off (bench_conv_verify); whole rounds in every mode (kdagraph bench); flash-linear-
 # attention's Triton KDA on the same tensors (profiling/fla_peer.py, from the fla-core wheel in ./.whl);
 # compute-sanitizer memcheck and racecheck over a fast subset. profiling/README.md says how to run it with
 # the device tool and how its results are committed.
@@ -73,16 +74,17 @@ stage environment 10
 stage configure 30
 stage build 100 kdagraph
 stage ptxas 5 kdagraph
-stage gpu_tests 45 @cuda_tests
+stage gpu_tests 40 @cuda_tests
 stage python_tests 40 _kdagraph _kdagraph_stub kdagraph_cli
 stage cli_check 20 kdagraph_cli
 stage capture 10 kdagraph_cli
-stage bench_verify 30 bench_verify_cuda
-stage round_bench 55 kdagraph_cli
-stage fla_peer 45 _kdagraph _kdagraph_stub kdagraph_cli
+stage bench_verify 25 bench_verify_cuda
+stage conv_verify_bench 25 bench_conv_verify
+stage round_bench 45 kdagraph_cli
+stage fla_peer 40 _kdagraph _kdagraph_stub kdagraph_cli
 stage memcheck 20 indices_cuda_test accept_cuda_test state_copy_cuda_test verify_cuda_test verifier_cuda_test \
   conv_cuda_test ops_cuda_test
-stage racecheck 10 verify_cuda_test
+stage racecheck 10 verify_cuda_test ops_cuda_test
 RETURNED=(summary.md gpu_logs.tar.gz bench_verify_cuda.csv kdagraph_bench_kimi-linear-48b-tp2.csv
   kdagraph_bench_kimi-linear-48b.csv fla_peer.csv)
 # Targets that exist only when an option is on: where it is off, the build leaves them out (and says so).
@@ -295,6 +297,17 @@ stage_bench_verify() {
   return "$rc"
 }
 
+# One kernel per layer (issue 21): the conv fused into the verify against the conv and verify as two
+# launches, per layer and for the round of 20 layers, batch 1 to 8, T 2 and 4, PDL on and then off.
+stage_conv_verify_bench() {
+  local rc=0
+  x "$BUILD/profiling/bench_conv_verify" --backend cuda --runs 200 | tee "$WORK/conv_verify_pdl.txt" || rc=1
+  x "$BUILD/profiling/bench_conv_verify" --backend cuda --runs 200 --no-pdl | tee "$WORK/conv_verify_no_pdl.txt" ||
+    rc=1
+  cat "$WORK"/conv_verify_pdl.txt "$WORK"/conv_verify_no_pdl.txt 2>/dev/null | section
+  return "$rc"
+}
+
 # Whole rounds (kdagraph bench): L = 20, HV = 16 (TP 2) and 32, T = 2 and 4, three batch sizes, the three
 # modes under graphs, sampler in and out of the graph; --node-trace for the idle time between nodes.
 stage_round_bench() {
@@ -362,12 +375,13 @@ stage_memcheck() {
     "verify_cuda_test:*K64_T3_G2:*K128_T8_G1:VerifyCuda.LongDraftsStagedInChunks:VerifyCuda.Bf16WithinTolerance" \
     "verifier_cuda_test:*K64_io_bf16*" \
     "conv_cuda_test:*f32_W4_halves_C200_T3:ConvCuda.*" \
-    "ops_cuda_test:OpsCuda.*:*MatchTheVerifierBitwise/sglang"
+    "ops_cuda_test:OpsCuda.*:*MatchTheVerifierBitwise/sglang:ConvVerifyCuda.FusedMatchesUnfusedForTheSanitizers"
 }
 
 stage_racecheck() {
-  # Only the verify kernel shares memory between threads (ptxas: smem).
-  sanitize racecheck "verify_cuda_test:*K128_T2_G2:VerifyCuda.LongDraftsStagedInChunks"
+  # Only the verify kernels share memory between threads (ptxas: smem): alone and with the conv fused in.
+  sanitize racecheck "verify_cuda_test:*K128_T2_G2:VerifyCuda.LongDraftsStagedInChunks" \
+    "ops_cuda_test:ConvVerifyCuda.FusedMatchesUnfusedForTheSanitizers"
 }
 
 source "$ROOT/profiling/gpu_check_runner.sh"

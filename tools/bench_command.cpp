@@ -43,6 +43,7 @@ struct BenchOptions {
   double accept_rate = 0.7;
   uint64_t seed = 1;
   bool conv = true;
+  bool fuse_conv = true;
   bool pdl = true;
   bool node_trace = false;
   std::string csv, md;
@@ -78,6 +79,7 @@ OptionTable bench_options(BenchOptions& o) {
   t.value("seed", "N", "seed of the synthetic inputs and sampler (default 1)",
           [&o](const std::string& n, const std::string& v) { o.seed = uint64_t(parse_int(n, v, 0, INT64_MAX)); });
   add_conv_option(t, o.conv);
+  add_unfused_conv_option(t, o.fuse_conv);
   add_pdl_option(t, o.pdl);
   t.value("csv", "FILE", "write the results as CSV (profiling/plot.py draws them)",
           [&o](const std::string&, const std::string& v) { o.csv = v; });
@@ -109,6 +111,7 @@ struct Result {
   int32_t bucket = 0, rounds = 0;
   double host_ms = 0, device_ms = NAN;  // medians per round; device time on CUDA only
   double tokens_per_s = 0;
+  int32_t kernel_nodes = 0;  // of one captured round (graph points)
   double state_bytes = 0;  // per round, SPEC §7
   double bandwidth_gbs = 0;
   // --node-trace, graph points: medians over the traced replays of the graph's nodes.
@@ -188,6 +191,7 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   Result res;
   res.p = p;
   res.bucket = engine.runner().rows();
+  if (p.exec == Exec::graph) res.kernel_nodes = engine.runner().capture_stats().front().kernel_nodes;
   res.rounds = rounds;
   res.host_ms = median(host);
   const std::vector<double>& per_round = device.empty() ? host : device;
@@ -361,7 +365,7 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
       std::any_of(results.begin(), results.end(), [](const Result& r) { return !std::isnan(r.graph_us); });
   std::string out = "# kdagraph bench: " + std::string(to_string(base.backend)) + ", preset " + preset + " (" +
                     describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) +
-                    ", conv " + describe(engine_config(base).verifier.conv) + ", pdl " +
+                    ", conv " + describe_conv(engine_config(base).verifier) + ", pdl " +
                     describe_pdl(base.pdl, base.backend) + "\n\n";
   out +=
       "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
@@ -374,7 +378,8 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
             : "CPU timings: the CPU backend on this machine, not a GPU; its kernels ran " +
                   std::string(to_string(cpu_isa())) + " on " + std::to_string(cpu_threads()) + " threads.") +
       " Sampler `in`: sampler, accept (and the two-phase commit) inside the round; `out`: separate launches "
-      "after it.";
+      "after it. Kernel nodes: of one captured round (graph points), the engine's input kernel of each layer "
+      "included.";
   if (traced)
     out +=
         " Traced (graph points, separate rounds under CUPTI): the nodes of one replayed graph, its span "
@@ -382,15 +387,16 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
         "and the longest such gap; medians over the replays.";
   out += "\n\n";
   out +=
-      "| mode | exec | sampler | T | batch | host ms/round | device ms/round | tokens/s | state GB/s | "
-      "% of copy |";
+      "| mode | exec | sampler | T | batch | kernel nodes | host ms/round | device ms/round | tokens/s | "
+      "state GB/s | % of copy |";
   out += traced ? " nodes | graph us (traced) | idle % | longest gap us |\n" : "\n";
-  out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|";
+  out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|";
   out += traced ? "---:|---:|---:|---:|\n" : "\n";
   for (const Result& r : results) {
     out += "| " + std::string(to_string(r.p.mode)) + " | " + to_string(r.p.exec) + " | " +
            kSamplerNames[r.p.sampler_in ? 0 : 1] + " | " + std::to_string(r.p.tokens) + " | " +
-           std::to_string(r.p.batch) + " | " + fmt("%.4g", r.host_ms) + " | " +
+           std::to_string(r.p.batch) + " | " + (r.p.exec == Exec::graph ? std::to_string(r.kernel_nodes) : "-") +
+           " | " + fmt("%.4g", r.host_ms) + " | " +
            (cuda ? fmt("%.4g", r.device_ms) : "-") + " | " + fmt("%.4g", r.tokens_per_s) + " | " +
            fmt("%.4g", r.bandwidth_gbs) + " | " + fmt("%.1f", 100.0 * r.bandwidth_gbs / ceiling) + " |";
     if (traced)
@@ -417,6 +423,7 @@ int bench(BenchOptions o) {
   base.accept_rate = o.accept_rate;
   base.seed = o.seed;
   base.conv = o.conv;
+  base.fuse_conv = o.fuse_conv;
   base.pdl = o.pdl;
   const bool cuda = base.backend == Backend::cuda;
   if (o.node_trace && !cuda) throw UsageError("--node-trace: traces CUDA graphs, but the backend is the CPU");

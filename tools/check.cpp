@@ -17,6 +17,7 @@ const Stream kCpu{Backend::cpu, nullptr};
 HostEngineConfig reference_config(HostEngineConfig c) {
   c.verifier.backend = Backend::cpu;
   c.verifier.mode = Mode::two_phase;
+  c.verifier.fuse_conv = false;  // the conv and the verify as the separate operations
   c.runner.exec = Exec::eager;
   c.keep_outputs = true;
   return c;

@@ -117,6 +117,7 @@ HostEngineConfig engine_config(const EngineSetup& e) {
   v.options.gate = GateMode::softplus;
   v.options.beta_is_logit = true;
   if (e.conv) v.conv = ConvShape{conv_channels(e.model), 4, ConvActivation::silu};
+  v.fuse_conv = e.fuse_conv;
   v.pdl = e.pdl;
   c.runner.buckets = e.buckets.empty() ? default_buckets(e.batch) : e.buckets;
   c.runner.exec = e.exec;
@@ -158,6 +159,18 @@ void add_conv_option(OptionTable& t, bool& conv) {
   t.flag("no-conv", "run the recurrent part alone, without the short convolution (on by default: W = 4, SiLU, "
          "no bias, as Kimi-Linear)",
          [&conv] { conv = false; });
+}
+
+void add_unfused_conv_option(OptionTable& t, bool& fuse_conv) {
+  t.flag("unfused-conv", "with the conv, run it and each layer's verify as two kernels, for comparison (default: "
+         "one kernel per layer, the conv fused into the verify)",
+         [&fuse_conv] { fuse_conv = false; });
+}
+
+std::string describe_conv(const VerifierConfig& v) {
+  if (v.conv.width == 0) return describe(v.conv);
+  return describe(v.conv) + (v.fuse_conv ? ", fused into each layer's verify (one kernel per layer)"
+                                         : ", unfused (--unfused-conv): conv then verify, two kernels per layer");
 }
 
 std::string describe(const ConvShape& conv) {

@@ -62,14 +62,19 @@ struct EngineSetup {
   uint64_t seed = 1;
   bool keep_outputs = false;
   bool conv = true;                  // Kimi-Linear's short convolution before each layer (W = 4, SiLU, no bias)
+  bool fuse_conv = true;             // the conv fused into each layer's verify (VerifierConfig::fuse_conv)
   bool pdl = true;                   // programmatic dependent launch of the round's kernels (SPEC §5)
 };
 HostEngineConfig engine_config(const EngineSetup& e);
 
 // --no-conv: the recurrent part alone, without the short convolution.
 void add_conv_option(OptionTable& table, bool& conv);
+// --unfused-conv: the conv and the verify as two kernels per layer, for comparison.
+void add_unfused_conv_option(OptionTable& table, bool& fuse_conv);
 // "W=4 SiLU, no bias, C=384" or "off (--no-conv): the recurrent part alone".
 std::string describe(const ConvShape& conv);
+// describe(v.conv), and with a conv whether it is fused into the verify.
+std::string describe_conv(const VerifierConfig& v);
 
 // --no-pdl: every kernel of a round waits for the previous one to finish (for A/B runs).
 void add_pdl_option(OptionTable& table, bool& pdl);

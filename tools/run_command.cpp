@@ -40,6 +40,7 @@ struct RunOptions {
   bool vary_batch = false;
   uint64_t seed = 1;
   bool conv = true;
+  bool fuse_conv = true;
   bool pdl = true;
   bool check = false;
   bool json = false;
@@ -82,6 +83,7 @@ OptionTable run_options(RunOptions& o) {
             o.seed = uint64_t(parse_int(n, v, 0, INT64_MAX));
           });
   add_conv_option(t, o.conv);
+  add_unfused_conv_option(t, o.fuse_conv);
   add_pdl_option(t, o.pdl);
   t.flag("check", "rerun the rounds through the CPU two-phase eager reference and compare every round's "
          "outputs and every retired state (bitwise on the CPU); exit 3 on a difference",
@@ -143,6 +145,9 @@ std::string int_list(const std::vector<int32_t>& v) {
   return out;
 }
 
+// Kernel nodes of one captured round (every bucket's graph holds the same round); 0 eagerly.
+int32_t kernel_nodes(const RunReport& r) { return r.captures.empty() ? 0 : r.captures.front().kernel_nodes; }
+
 std::string sampler_text(const RunReport& r) {
   const char* accept = mode_policy(r.cfg.verifier.mode).commit ? "sampler, accept, commit" : "sampler, accept";
   if (r.cfg.runner.sampler_in_graph)
@@ -160,9 +165,10 @@ void print_text(const RunReport& r) {
               v.backend == Backend::cpu ? "the backend" : "the CPU reference only");
   std::printf("  mode                %s\n", to_string(v.mode));
   if (r.cfg.runner.exec == Exec::graph)
-    std::printf("  exec                graph: %d buckets (%s) captured in %s ms, %s MiB of device memory\n",
+    std::printf("  exec                graph: %d buckets (%s) captured in %s ms, %s MiB of device memory, %d kernel "
+                "nodes a round\n",
                 r.graphs_captured, int_list(r.buckets).c_str(), fmt("%.3g", r.capture_ms).c_str(),
-                fmt("%.3g", double(r.graph_device_bytes) / (1 << 20)).c_str());
+                fmt("%.3g", double(r.graph_device_bytes) / (1 << 20)).c_str(), kernel_nodes(r));
   else
     std::printf("  exec                eager (buckets %s unused)\n", int_list(r.buckets).c_str());
   std::printf("  sampler             %s\n", sampler_text(r).c_str());
@@ -176,7 +182,7 @@ void print_text(const RunReport& r) {
               fmt("%.4g", double(fp.pool_bytes_per_slot) / double(1 << 20)).c_str(),
               fmt("%.4g", double(fp.scratch_bytes_per_slot) / double(1 << 20)).c_str(),
               fmt("%.4g", double(fp.token_cache_bytes_per_slot) / double(1 << 20)).c_str());
-  std::printf("  conv                %s", describe(v.conv).c_str());
+  std::printf("  conv                %s", describe_conv(v).c_str());
   if (v.conv.width > 0)
     std::printf(": state %s KiB per slot, scratch %s KiB", fmt("%.4g", double(fp.conv_state_bytes_per_slot) / 1024).c_str(),
                 fmt("%.4g", double(fp.conv_scratch_bytes_per_slot) / 1024).c_str());
@@ -231,6 +237,7 @@ std::string to_json(const RunReport& r) {
   } else {
     j.begin_object().field("width", v.conv.width).field("channels", v.conv.channels);
     j.field("activation", v.conv.activation == ConvActivation::silu ? "silu" : "none").field("bias", false);
+    j.field("fused", v.fuse_conv);
     j.end_object();
   }
   j.key("buckets").begin_array();
@@ -238,9 +245,15 @@ std::string to_json(const RunReport& r) {
   j.end_array();
   j.field("graphs_captured", r.graphs_captured).field("capture_ms", r.capture_ms);
   j.field("graph_device_bytes", r.graph_device_bytes);
+  j.field("kernel_nodes_per_round", kernel_nodes(r));
   j.key("captures").begin_array();
   for (const BucketCaptureStats& c : r.captures)
-    j.begin_object().field("bucket", c.bucket).field("capture_ms", c.capture_ms).field("device_bytes", c.device_bytes).end_object();
+    j.begin_object()
+        .field("bucket", c.bucket)
+        .field("capture_ms", c.capture_ms)
+        .field("device_bytes", c.device_bytes)
+        .field("kernel_nodes", c.kernel_nodes)
+        .end_object();
   j.end_array();
   j.key("rounds_by_rows").begin_object();
   for (const auto& [rows, count] : r.rounds_per_rows) j.field(std::to_string(rows), count);
@@ -290,6 +303,7 @@ int run(const RunOptions& o) {
   setup.seed = o.seed;
   setup.keep_outputs = o.check;
   setup.conv = o.conv;
+  setup.fuse_conv = o.fuse_conv;
   setup.pdl = o.pdl;
 
   RunReport report;

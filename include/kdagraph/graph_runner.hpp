@@ -1,9 +1,9 @@
 // kdagraph: bucketed CUDA graphs of a whole round (SPEC §5).
 //
 // A GraphRunner captures, for every bucket of a BucketPlan, the round of a Verifier: the index build,
-// then the L verifies (each after the engine's optional per-layer work and, with a conv, the layer's
-// short convolution), and, when the engine hands it
-// a capturable sampler, the sampler, the accept step and in two-phase mode the commit. Per round the
+// then the L verifies (each after the engine's optional per-layer work; with a conv, the layer's short
+// convolution fused into it, or before it without VerifierConfig::fuse_conv), and, when the engine hands
+// it a capturable sampler, the sampler, the accept step and in two-phase mode the commit. Per round the
 // host only sets the batch when it changes and launches one graph.
 //
 // The CPU backend has the same runner: its "graph" records the round's work with parameters frozen at
@@ -57,7 +57,8 @@ struct RoundHooks {
   // Layer `layer`'s inputs, sized for the verifier's max_rows. Required.
   std::function<LayerInputs(int32_t layer)> layer_inputs;
   // Layer `layer`'s conv inputs, whose outputs are the q, k and v layer_inputs names
-  // (conv_into_verify_inputs). Required exactly when the verifier's layers have a conv.
+  // (conv_into_verify_inputs). Required exactly when the verifier's layers have a conv. Fused
+  // (VerifierConfig::fuse_conv) the kernel keeps q, k and v: they are neither written nor read.
   std::function<ConvLayerInputs(int32_t layer)> conv_inputs;
   // A capturable sampler: enqueues work writing accept lengths [rows] and returns that buffer. Optional.
   std::function<const int32_t*(const Stream&, int32_t rows)> sampler;
@@ -74,6 +75,7 @@ struct BucketCaptureStats {
   int32_t bucket = 0;
   double capture_ms = 0;      // capture, instantiate and upload, host wall time
   int64_t device_bytes = 0;   // device memory the instantiated graph took (cudaMemGetInfo around it)
+  int32_t kernel_nodes = 0;   // kernel nodes of the captured round (CPU twin: operations of kernels/)
 };
 
 namespace detail {

@@ -5,10 +5,9 @@
 // built on exactly these calls. A fused-accept round:
 //
 //   ops::build_indices(s, spec, storage, batch, idx);                 // once per forward
-//   for (int l = 0; l < L; ++l) {
-//     ops::conv_layer(s, spec, storage, idx, batch.rows, l, convs[l]);  // with a conv: q, k, v from x
-//     ops::verify_layer(s, spec, storage, idx, batch.rows, l, inputs[l]);
-//   }
+//   for (int l = 0; l < L; ++l)
+//     ops::verify_layer(s, spec, storage, idx, batch.rows, l, inputs[l], &batch);
+//     // with a conv, one kernel per layer instead: ops::conv_verify_layer(..., l, convs[l], inputs[l], &batch)
 //   ...the engine's sampler writes accept lengths [rows] on the device...
 //   ops::accept(s, spec, storage, idx, batch.rows, accepted);
 //   ops::commit(s, spec, storage, idx, batch.rows);                   // two-phase mode only
@@ -234,8 +233,23 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
 // SPEC §1, §3: the T-token verify of layer `layer` for `rows` rows: each row seeds where `idx` says,
 // writes every post-state to scratch row write_row[n][t] (a negative row: not written) and every output.
 // Padded rows read nothing, write no state and output zeros.
+// `batch`, optional, is the batch `idx` was built from (SPEC §5, programmatic dependent launch): with it
+// each block loads its seed tile before it waits on the previous kernel, from where the batch, the
+// slots' accept lengths and their round parities say it is (the index arrays confirm it after the
+// wait). The kernel enqueued just before the verify may then run while the seed loads: it must not
+// write the state, accept_len, round_parity or the batch the verify reads early.
 void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
-                  int32_t rows, int32_t layer, const LayerInputs& in);
+                  int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch = nullptr);
+
+// SPEC §9 "fused with the verify": layer `layer`'s short convolution and its verify in one launch, bitwise
+// what conv_layer followed by verify_layer gives (outputs, post-states, conv state, conv scratch, token
+// cache), without writing q, k and v anywhere: `conv` gives x (16-byte aligned), weight and bias (its
+// output segments are not used), `in` gives g, beta, o and the gate parameters (its q, k and v are not
+// read). The conv state follows the mode's layout (ops.hpp, SlotStorage); `batch` as for verify_layer,
+// and then the conv window loads before the wait too.
+void conv_verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                       int32_t rows, int32_t layer, const ConvLayerInputs& conv, const LayerInputs& in,
+                       const BatchView* batch = nullptr);
 
 // SPEC §1, §11: the T-token verify of layer `layer` of `rows` rows over rows the caller names (`idx`),
 // not slots: FlashInfer's spec decode. Row n seeds where idx says (a negative seed row: a padded row,

@@ -34,8 +34,11 @@ struct VerifierConfig {
   Mode mode = Mode::fused_accept;
   // The layers' short convolution (SPEC §9); width 0: none. With one, the Verifier also owns the conv
   // state (and in two-phase the conv scratch), a prefill takes the last W - 1 inputs, and each layer's
-  // conv runs before its verify (enqueue_conv).
+  // conv runs with its verify.
   ConvShape conv;
+  // With a conv: each layer's conv and verify in one kernel (enqueue_conv_verify, ops::conv_verify_layer);
+  // false: the two launches enqueue_conv and enqueue_verify, bitwise the same results.
+  bool fuse_conv = true;
   // Programmatic dependent launch of every kernel of its rounds, its graphs' included (SPEC §5,
   // RoundSpec::pdl, with what it asks of an engine's kernels); false for A/B runs.
   bool pdl = true;
@@ -46,6 +49,9 @@ void validate(const VerifierConfig& config);
 
 // What the operations of the Verifier's rounds agree on (the spec its ops calls carry).
 RoundSpec round_spec(const VerifierConfig& config);
+
+// Whether a round runs each layer's conv and verify as one kernel: a conv, and fuse_conv.
+bool fuses_conv(const VerifierConfig& config);
 
 class Verifier {
  public:
@@ -117,9 +123,14 @@ class Verifier {
   void enqueue_conv(const Stream& s, int32_t layer, const ConvLayerInputs& in, int32_t rows);
   // Verifies layer `layer` with the indices of the last enqueue_indices.
   void enqueue_verify(const Stream& s, int32_t layer, const LayerInputs& in, int32_t rows);
+  // With a conv: layer `layer`'s conv and verify in one kernel (ops::conv_verify_layer): `conv` gives x,
+  // weight and bias, `in` g, beta, o and the gate parameters; q, k and v are not written.
+  void enqueue_conv_verify(const Stream& s, int32_t layer, const ConvLayerInputs& conv, const LayerInputs& in,
+                           int32_t rows);
   // enqueue_indices, then enqueue_verify for every layer; `layers` has L entries. Without a conv only.
   void enqueue_round(const Stream& s, const LayerInputs* layers, int32_t rows);
-  // enqueue_indices, then for every layer its conv and its verify; `convs` and `layers` have L entries.
+  // enqueue_indices, then for every layer its conv and its verify (one kernel, or two without
+  // config().fuse_conv); `convs` and `layers` have L entries.
   void enqueue_round(const Stream& s, const ConvLayerInputs* convs, const LayerInputs* layers, int32_t rows);
   // Accepts the round: `accepted` is backend memory [rows] written by the sampler.
   void enqueue_accept(const Stream& s, const int32_t* accepted, int32_t rows);

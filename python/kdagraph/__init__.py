@@ -8,8 +8,8 @@ switch by changing an import:
 
 Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-accept offset window, SPEC
 §9), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``, ``RoundIndices``,
-``build_indices``, ``conv_layer``, ``verify_layer``, ``accept``, ``commit``, ``materialize``) and the
-owning classes ``Verifier`` and ``GraphRunner`` (``conv_width=`` gives them the conv).
+``build_indices``, ``conv_layer``, ``verify_layer``, ``conv_verify_layer`` (the two in one kernel), ``accept``,
+``commit``, ``materialize``) and the owning classes ``Verifier`` and ``GraphRunner`` (``conv_width=`` gives them the conv).
 
 Arrays are anything with ``__dlpack__`` (numpy, torch, cupy) and numpy arrays of ``ml_dtypes.bfloat16``;
 they are used in place, never copied: float32 or bfloat16 inputs and states, int32 indices, C-contiguous,
@@ -49,6 +49,7 @@ from ._kdagraph import (
     clear_device_errors,
     commit,
     conv_layer,
+    conv_verify_layer,
     cuda_available,
     device_errors,
     materialize,
@@ -73,6 +74,7 @@ __all__ = [
     "clear_device_errors",
     "commit",
     "conv_layer",
+    "conv_verify_layer",
     "cuda_available",
     "device_errors",
     "materialize",

@@ -416,6 +416,35 @@ void require_backend_match(const PyStorage& st, const PyIndices& idx) {
   require_same_place(idx.storage, st.pool.arrays[0]);
 }
 
+// A round's conv arguments: x [>= rows, T, C] in the io dtype, weight [C, W] and bias [C] or None, float32,
+// beside the storage.
+struct ConvArrays {
+  Array x, weight, bias;
+};
+
+ConvArrays take_conv(const PySpec& spec, const PyStorage& st, int32_t rows, nb::handle x_, nb::handle weight_,
+                     nb::handle bias_) {
+  const ConvShape& conv = spec.spec.conv;
+  if (conv.width == 0) throw InvalidArgument("spec", "spec has no conv (conv_width = 0)");
+  ConvArrays c;
+  c.x = take(x_, "x");
+  require_elem(c.x, {io_elem(spec.spec)});
+  require_shape(c.x, {-1, spec.spec.tokens, conv.channels});
+  require_same_place(c.x, st.pool.arrays[0]);
+  if (c.x.dim(0) < rows) throw InvalidArgument("x", "x holds " + std::to_string(c.x.dim(0)) + " rows; the round has " + std::to_string(rows));
+  c.weight = take(weight_, "weight");
+  require_elem(c.weight, {Elem::f32});
+  require_shape(c.weight, {conv.channels, conv.width});
+  require_same_place(c.weight, st.pool.arrays[0]);
+  c.bias = take_optional(bias_, "bias");
+  if (c.bias.data != nullptr) {
+    require_elem(c.bias, {Elem::f32});
+    require_shape(c.bias, {conv.channels});
+    require_same_place(c.bias, st.pool.arrays[0]);
+  }
+  return c;
+}
+
 }  // namespace
 
 void bind_ops(nb::module_& m) {
@@ -573,38 +602,20 @@ void bind_ops(nb::module_& m) {
          nb::handle weight_, nb::handle bias_, nb::handle q_, nb::handle k_, nb::handle v_, nb::handle stream) {
         require_backend_match(st, idx);
         const ModelShape& md = spec.spec.model;
-        const ConvShape& conv = spec.spec.conv;
-        if (conv.width == 0) throw InvalidArgument("spec", "spec has no conv (conv_width = 0)");
         const int64_t T = spec.spec.tokens;
-        const Elem io = io_elem(spec.spec);
-        auto place = [&](const Array& a) { require_same_place(a, st.pool.arrays[0]); };
-        const Array x = take(x_, "x");
-        require_elem(x, {io});
-        require_shape(x, {-1, T, conv.channels});
-        place(x);
-        if (x.dim(0) < rows) throw InvalidArgument("x", "x holds " + std::to_string(x.dim(0)) + " rows; the round has " + std::to_string(rows));
+        const ConvArrays c = take_conv(spec, st, rows, x_, weight_, bias_);
         auto output = [&](nb::handle obj, const char* name, std::initializer_list<int64_t> shape) {
           Array a = take(obj, name);
-          require_elem(a, {io});
+          require_elem(a, {io_elem(spec.spec)});
           require_shape(a, shape);
-          place(a);
+          require_same_place(a, st.pool.arrays[0]);
           return a;
         };
-        const Array q = output(q_, "q", {x.dim(0), T, md.heads, md.head_k});
-        const Array k = output(k_, "k", {x.dim(0), T, md.heads, md.head_k});
-        const Array v = output(v_, "v", {x.dim(0), T, md.value_heads, md.head_v});
-        const Array weight = take(weight_, "weight");
-        require_elem(weight, {Elem::f32});
-        require_shape(weight, {conv.channels, conv.width});
-        place(weight);
-        const Array bias = take_optional(bias_, "bias");
-        if (bias.data != nullptr) {
-          require_elem(bias, {Elem::f32});
-          require_shape(bias, {conv.channels});
-          place(bias);
-        }
-        const ConvLayerInputs in = conv_into_verify_inputs(spec.spec, x.data, weight.as<const float>(),
-                                                           bias.as<const float>(), q.data, k.data, v.data);
+        const Array q = output(q_, "q", {c.x.dim(0), T, md.heads, md.head_k});
+        const Array k = output(k_, "k", {c.x.dim(0), T, md.heads, md.head_k});
+        const Array v = output(v_, "v", {c.x.dim(0), T, md.value_heads, md.head_v});
+        const ConvLayerInputs in = conv_into_verify_inputs(spec.spec, c.x.data, c.weight.as<const float>(),
+                                                           c.bias.as<const float>(), q.data, k.data, v.data);
         const Stream s = resolve_stream(st.backend, stream, x_);
         nb::gil_scoped_release release;
         ops::conv_layer(s, spec.spec, st.storage, idx.idx, rows, layer, in);
@@ -614,6 +625,48 @@ void bind_ops(nb::module_& m) {
       "SPEC §9: layer `layer`'s short convolution of `rows` rows with the indices of the last build_indices, before "
       "its verify_layer: x [rows, T, C] (the q, k, v projections concatenated), weight [C, W] and bias [C] float32, "
       "into q [rows, T, H, K], k and v [rows, T, HV, V], the arrays that verify_layer then reads.");
+  m.def(
+      "conv_verify_layer",
+      [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, int32_t layer, nb::handle x_,
+         nb::handle weight_, nb::handle bias_, nb::handle g_, nb::handle beta_, nb::handle o_, nb::handle A_log_,
+         nb::handle dt_bias_, nb::handle stream) {
+        require_backend_match(st, idx);
+        const ModelShape& md = spec.spec.model;
+        const int64_t T = spec.spec.tokens;
+        const ConvArrays c = take_conv(spec, st, rows, x_, weight_, bias_);
+        auto input = [&](nb::handle obj, const char* name, std::initializer_list<int64_t> shape) {
+          Array a = take(obj, name);
+          require_elem(a, {io_elem(spec.spec)});
+          require_shape(a, shape);
+          require_same_place(a, st.pool.arrays[0]);
+          return a;
+        };
+        const Array g = input(g_, "g", {c.x.dim(0), T, md.value_heads, md.head_k});
+        const Array beta = input(beta_, "beta", {c.x.dim(0), T, md.value_heads});
+        const Array o = input(o_, "o", {c.x.dim(0), T, md.value_heads, md.head_v});
+        GateArrays gates;
+        if (spec.spec.options.gate != GateMode::precomputed)
+          gates = take_gate(A_log_, dt_bias_, "A_log", "dt_bias", md.value_heads, md.head_k, c.x);
+        ConvLayerInputs conv;
+        conv.x = c.x.data;
+        conv.weight = c.weight.as<const float>();
+        conv.bias = c.bias.as<const float>();
+        LayerInputs in;
+        in.g = g.data;
+        in.beta = beta.data;
+        in.o = o.data;
+        in.A_log = gates.A_log.as<const float>();
+        in.dt_bias = gates.dt_bias.as<const float>();
+        const Stream s = resolve_stream(st.backend, stream, x_);
+        nb::gil_scoped_release release;
+        ops::conv_verify_layer(s, spec.spec, st.storage, idx.idx, rows, layer, conv, in);
+      },
+      "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "layer"_a, "x"_a, "weight"_a,
+      "bias"_a.none() = nb::none(), "g"_a, "beta"_a, "o"_a, "A_log"_a.none() = nb::none(),
+      "dt_bias"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "SPEC §9: conv_layer and verify_layer of layer `layer` in one kernel, bitwise the same outputs and states: x, "
+      "weight and bias as conv_layer takes them (x 16-byte aligned), g, beta, o and the gate parameters as "
+      "verify_layer does; q, k and v are neither passed nor written.");
   m.def(
       "accept",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle accepted_, nb::handle stream) {

@@ -1,7 +1,8 @@
 // SPEC §3, §9 through the operations on caller-owned storage: a KDA layer's round with its short
-// convolution (build_indices, then per layer conv_layer into q, k and v and verify_layer; accept; the
-// two-phase commit), run in two-phase, fused-accept and replay side by side over many rounds with
-// requests joining and retiring. Shared by the CPU test and its GPU twin.
+// convolution (build_indices, then per layer conv_layer into q, k and v and verify_layer, or the two
+// fused in conv_verify_layer; accept; the two-phase commit), run in two-phase, fused-accept and replay,
+// each unfused and fused, side by side over many rounds with requests joining and retiring. Shared by
+// the CPU test, its SIMT twin and its GPU twin.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -36,11 +37,14 @@ inline std::vector<uint8_t> random_io_bytes(size_t n, DType t, std::mt19937_64& 
   return out;
 }
 
-// One mode's storage and its per-layer outputs: the conv's q, k, v and the verify's o.
+// One mode's storage and its per-layer outputs: the conv's q, k, v and the verify's o. Fused, one kernel
+// per layer leaves q, k and v as they were.
 struct ConvModeRun {
   CallerStorage st;
+  bool fused;
   std::vector<detail::Buffer> q, k, v, o;
-  ConvModeRun(const VerifierConfig& c, CallerLayout layout, const ConvShape& conv) : st(c, layout, conv) {
+  ConvModeRun(const VerifierConfig& c, CallerLayout layout, const ConvShape& conv, bool fuse = false)
+      : st(c, layout, conv), fused(fuse) {
     const size_t N = size_t(c.max_rows), T = size_t(c.tokens), es = dtype_size(c.io_dtype);
     const size_t HK = size_t(c.model.heads) * size_t(c.model.head_k);
     const size_t HVV = size_t(c.model.value_heads) * size_t(c.model.head_v);
@@ -58,23 +62,32 @@ struct ConvModeRun {
       for (const auto& b : *set) all.push_back(b.download<uint8_t>());
     return all;
   }
+  // Every byte of the storage a round may write.
+  std::vector<std::vector<uint8_t>> storage() const {
+    return {st.pool.bytes(),       st.scratch.bytes(),      st.token_cache.bytes(),          st.conv_state.bytes(),
+            st.conv_scratch.bytes(), st.accept_len.download<uint8_t>(), st.round_parity.download<uint8_t>()};
+  }
+  std::string name() const { return std::string(to_string(st.config.mode)) + (fused ? " fused" : ""); }
 };
 
-// Runs `rounds` rounds in every mode on the backend of `s` and expects, bitwise across the modes: every
-// round's conv outputs and verify outputs, and every retired request's materialized recurrent state and
-// conv window; against fp64: every conv output (each request's window is its last W - 1 accepted inputs,
-// so windows straddle rounds for every a); padded rows output zeros; slots outside the batch keep every
-// conv state byte.
+// Runs `rounds` rounds in every mode, unfused and fused (conv_verify_layer, with the batch for its early
+// loads), on the backend of `s` and expects, bitwise across all six: every round's verify outputs, and
+// every retired request's materialized recurrent state and conv window; across the unfused runs the conv
+// outputs too, which the fused ones never write; fused against unfused of each mode, every byte of the
+// storage after every round. Against fp64: every conv output (each request's window is its last W - 1
+// accepted inputs, so windows straddle rounds for every a). Padded rows output zeros; the batch's slot
+// array holds other live slots past n_real, and slots outside the batch keep every conv state byte.
 inline void expect_conv_modes_agree(VerifierConfig base, ConvShape conv, CallerLayout layout, const Stream& s,
                                     uint64_t seed, int rounds) {
   SCOPED_TRACE(std::string("layout ") + to_string(layout) + " seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const Mode modes[] = {Mode::two_phase, Mode::fused_accept, Mode::replay};
-  std::vector<std::unique_ptr<ConvModeRun>> runs;
-  for (Mode m : modes) {
-    base.mode = m;
-    runs.push_back(std::make_unique<ConvModeRun>(base, layout, conv));
-  }
+  std::vector<std::unique_ptr<ConvModeRun>> runs;  // the unfused modes, then the fused ones
+  for (bool fused : {false, true})
+    for (Mode m : modes) {
+      base.mode = m;
+      runs.push_back(std::make_unique<ConvModeRun>(base, layout, conv, fused));
+    }
   const VerifierConfig& c = base;
   const Backend b = c.backend;
   const int32_t P = c.pool.slots, L = c.model.layers, N = c.max_rows, T = c.tokens, C = conv.channels, W = conv.width;
@@ -156,10 +169,10 @@ inline void expect_conv_modes_agree(VerifierConfig base, ConvShape conv, CallerL
             ASSERT_EQ(math::load_as_f32(want_window.data(), io, int64_t(j) * C + ch), float(r.window[size_t(l)][size_t(j)][size_t(ch)]))
                 << "two-phase window, column " << j << " channel " << ch << ": not the last accepted inputs";
         for (size_t m = 1; m < runs.size(); ++m) {
-          ASSERT_EQ(runs[m]->st.pool.row(pools[m], l, r.slot), want_pool) << to_string(modes[m]) << ": recurrent state";
+          ASSERT_EQ(runs[m]->st.pool.row(pools[m], l, r.slot), want_pool) << runs[m]->name() << ": recurrent state";
           std::vector<uint8_t> window = runs[m]->st.conv_state.row(convs[m], l, r.slot);
           window.resize(want_window.size());
-          ASSERT_EQ(window, want_window) << to_string(modes[m]) << ": materialized conv window";
+          ASSERT_EQ(window, want_window) << runs[m]->name() << ": materialized conv window";
         }
       }
       free_slots.push_back(r.slot);
@@ -203,6 +216,13 @@ inline void expect_conv_modes_agree(VerifierConfig base, ConvShape conv, CallerL
       packed[size_t(i) + 1] = live[order[size_t(i)]].slot;
       accepted[size_t(i)] = std::uniform_int_distribution<int32_t>(1, T)(rng);
     }
+    // Past n_real the slot array holds stale entries, live slots outside the batch among them: rows
+    // n_real and on are padding whatever they name, and those slots must stay untouched.
+    for (int32_t i = n; i < N; ++i)
+      if (size_t(i) < live.size() && std::bernoulli_distribution(0.5)(rng)) packed[size_t(i) + 1] = live[size_t(i)].slot;
+    const auto in_batch = [&](int32_t slot) {
+      return std::find(packed.begin() + 1, packed.begin() + 1 + n, slot) != packed.begin() + 1 + n;
+    };
     for (int32_t l = 0; l < L; ++l) {
       x_host[size_t(l)] = random_io_bytes(size_t(N) * T * C, io, rng, -2.0f, 2.0f);
       x[size_t(l)].upload(x_host[size_t(l)].data(), x_host[size_t(l)].size());
@@ -211,10 +231,11 @@ inline void expect_conv_modes_agree(VerifierConfig base, ConvShape conv, CallerL
       const std::vector<uint8_t> bb = random_io_bytes(beta[size_t(l)].bytes() / es, io, rng, -3.0f, 3.0f);
       beta[size_t(l)].upload(bb.data(), bb.size());
     }
-    std::vector<std::vector<uint8_t>> conv_before, scratch_before;
+    std::vector<std::vector<uint8_t>> conv_before, scratch_before, pool_before;
     for (auto& run : runs) {
       conv_before.push_back(run->st.conv_state.bytes());
       scratch_before.push_back(run->st.conv_scratch.bytes());
+      pool_before.push_back(run->st.pool.bytes());
       for (auto* set : {&run->q, &run->k, &run->v, &run->o})
         for (auto& buf : *set) buf.fill(0xff);
       CallerStorage& st = run->st;
@@ -226,7 +247,7 @@ inline void expect_conv_modes_agree(VerifierConfig base, ConvShape conv, CallerL
         ConvLayerInputs ci = conv_into_verify_inputs(st.spec, x[li].data(), weight[li].as<float>(),
                                                      l % 2 ? bias[li].as<float>() : nullptr, run->q[li].data(),
                                                      run->k[li].data(), run->v[li].data());
-        ops::conv_layer(s, st.spec, st.storage, st.idx, N, l, ci);
+        if (!run->fused) ops::conv_layer(s, st.spec, st.storage, st.idx, N, l, ci);
         LayerInputs in;
         in.q = run->q[li].data();
         in.k = run->k[li].data();
@@ -236,18 +257,41 @@ inline void expect_conv_modes_agree(VerifierConfig base, ConvShape conv, CallerL
         in.o = run->o[li].data();
         in.A_log = layer_gate.A_log;
         in.dt_bias = layer_gate.dt_bias;
-        ops::verify_layer(s, st.spec, st.storage, st.idx, N, l, in);
+        const BatchView batch = st.batch_view(N);
+        if (run->fused) ops::conv_verify_layer(s, st.spec, st.storage, st.idx, N, l, ci, in, &batch);
+        else ops::verify_layer(s, st.spec, st.storage, st.idx, N, l, in);
       }
       ops::accept(s, st.spec, st.storage, st.idx, N, st.accepted.as<int32_t>());
       if (mode_policy(st.spec.mode).commit) ops::commit(s, st.spec, st.storage, st.idx, N);
     }
 
     const auto want = runs[0]->outputs();
+    const size_t first_o = 3 * size_t(L);  // q, k, v, then o, per layer
     for (size_t m = 1; m < runs.size(); ++m) {
       const auto got = runs[m]->outputs();
-      for (size_t i = 0; i < want.size(); ++i)
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (runs[m]->fused && i < first_o) {
+          ASSERT_EQ(got[i], std::vector<uint8_t>(got[i].size(), 0xff)) << runs[m]->name() << " wrote q, k or v";
+          continue;
+        }
         ASSERT_EQ(first_difference(got[i], want[i]), -1)
-            << to_string(modes[m]) << " differs from two-phase in output buffer " << i << " (q, k, v, o per layer)";
+            << runs[m]->name() << " differs from two-phase in output buffer " << i << " (q, k, v, o per layer)";
+      }
+    }
+    // Padded rows output zeros (every run's o equals these).
+    const size_t o_row = size_t(T) * size_t(c.model.value_heads) * size_t(c.model.head_v) * es;
+    for (int32_t l = 0; l < L; ++l) {
+      const std::vector<uint8_t>& o = want[first_o + size_t(l)];
+      ASSERT_TRUE(std::all_of(o.begin() + ptrdiff_t(size_t(n) * o_row), o.end(), [](uint8_t byte) { return byte == 0; }))
+          << "a padded row's output is not zero, layer " << l;
+    }
+    // Fused against unfused, mode by mode: every byte of the storage.
+    for (size_t m = 0; m < 3; ++m) {
+      const auto unfused = runs[m]->storage(), fused = runs[m + 3]->storage();
+      for (size_t i = 0; i < unfused.size(); ++i)
+        ASSERT_EQ(first_difference(fused[i], unfused[i]), -1)
+            << runs[m + 3]->name() << ": storage buffer " << i
+            << " (pool, scratch, token cache, conv state, conv scratch, accept_len, round parity) differs from unfused";
     }
     // The conv outputs against fp64: the channels [0, HK), [HK, 2HK), [2HK, C) are q, k and v.
     const int32_t HK = c.model.heads * c.model.head_k;
@@ -275,14 +319,17 @@ inline void expect_conv_modes_agree(VerifierConfig base, ConvShape conv, CallerL
       }
       EXPECT_LE(rel_error(got, ref_y), io == DType::f32 ? 1e-5 : 1e-2) << "conv outputs of layer " << l;
     }
-    // Slots outside the batch keep every conv byte, in every mode.
+    // Slots outside the batch keep every conv byte and their pool state, in every mode.
     for (size_t m = 0; m < runs.size(); ++m) {
       const auto after = runs[m]->st.conv_state.bytes(), scratch_after = runs[m]->st.conv_scratch.bytes();
+      const auto pool_after = runs[m]->st.pool.bytes();
       for (int32_t slot = 0; slot < runs[m]->st.pool_rows; ++slot) {
-        if (std::find(packed.begin() + 1, packed.begin() + 1 + n, slot) != packed.begin() + 1 + n) continue;
+        if (in_batch(slot)) continue;
         for (int32_t l = 0; l < L; ++l) {
+          ASSERT_EQ(runs[m]->st.pool.row(pool_after, l, slot), runs[m]->st.pool.row(pool_before[m], l, slot))
+              << runs[m]->name() << ": pool state of slot " << slot << " outside the batch, layer " << l;
           ASSERT_EQ(runs[m]->st.conv_state.row(after, l, slot), runs[m]->st.conv_state.row(conv_before[m], l, slot))
-              << to_string(modes[m]) << ": conv state of slot " << slot << " outside the batch, layer " << l;
+              << runs[m]->name() << ": conv state of slot " << slot << " outside the batch, layer " << l;
           for (int32_t t = 0; t < c.pool.scratch_steps && runs[m]->st.conv_scratch.rows > 0; ++t)
             ASSERT_EQ(runs[m]->st.conv_scratch.row(scratch_after, l, slot * c.pool.scratch_steps + t),
                       runs[m]->st.conv_scratch.row(scratch_before[m], l, slot * c.pool.scratch_steps + t))

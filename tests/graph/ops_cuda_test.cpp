@@ -9,6 +9,7 @@
 #include "kdagraph/ops.hpp"
 #include "kernels/stream.h"
 #include "tests/common/caller_storage.h"
+#include "tests/common/conv_engines.h"
 #include "tests/common/conv_rounds.h"
 #include "tests/common/engines.h"
 #include "tests/common/gpu.h"
@@ -42,7 +43,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, OpsLayoutsCuda,
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
 // SPEC §9 on the device: with the short convolution (C = 2 * 64 + 64 = 192, not a multiple of the conv
-// block), the three modes agree bitwise over 200 rounds with joins and retirements, in every layout.
+// block), the three modes, each unfused and fused (one kernel per layer, its early loads following the
+// batch), agree bitwise over 200 rounds with joins and retirements, in every layout, fused against
+// unfused in every byte of the storage.
 TEST_P(OpsLayoutsCuda, WithTheConvModesAgreeBitwiseOver200Rounds) {
   KDA_SKIP_WITHOUT_GPU();
   const auto stream = detail::StreamHandle::create(Backend::cuda);
@@ -51,6 +54,33 @@ TEST_P(OpsLayoutsCuda, WithTheConvModesAgreeBitwiseOver200Rounds) {
   c.pool = PoolShape{8, 4, DType::f32};
   expect_conv_modes_agree(c, ConvShape{conv_channels(c.model), 4, ConvActivation::silu}, GetParam(), stream.get(),
                           fresh_seed(), 200);
+}
+
+// The same through the host engine's CUDA graphs with batches crossing buckets: the conv fused into each
+// layer's verify against the two launches, bitwise, in every mode.
+TEST(ConvVerifyCuda, FusedMatchesUnfusedThroughTheEngine) {
+  KDA_SKIP_WITHOUT_GPU();
+  const auto stream = detail::StreamHandle::create(Backend::cuda);
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay})
+    for (DType io : {DType::f32, DType::bf16}) {
+      HostEngineConfig c = small_engine(Backend::cuda, mode, Exec::graph, fresh_seed());
+      c.verifier.model = ModelShape{2, 2, 4, 64, 64};
+      c.verifier.io_dtype = io;
+      expect_fused_engine_matches_unfused(with_conv(c), stream.get(), 200);
+    }
+}
+
+// A few rounds of the same, every mode, for compute-sanitizer's memcheck and racecheck
+// (profiling/gpu_check.sh), which run a kernel hundreds of times slower.
+TEST(ConvVerifyCuda, FusedMatchesUnfusedForTheSanitizers) {
+  KDA_SKIP_WITHOUT_GPU();
+  const auto stream = detail::StreamHandle::create(Backend::cuda);
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
+    HostEngineConfig c = small_engine(Backend::cuda, mode, Exec::graph, fresh_seed());
+    c.verifier.model = ModelShape{2, 2, 4, 128, 128};
+    c.verifier.io_dtype = DType::bf16;
+    expect_fused_engine_matches_unfused(with_conv(c), stream.get(), 3);
+  }
 }
 
 TEST(OpsCuda, ANullEntryOfADeviceLayerTableIsRecordedAndItsRowsArePadding) {

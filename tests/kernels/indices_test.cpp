@@ -176,6 +176,51 @@ TEST(Indices, TheRoundParityIsGatheredWhereKept) {
   }
 }
 
+// SPEC §5: a verify that loads its seed before its grid dependency wait predicts it from the batch and
+// the slots' accept lengths and parities with the build's own functions, unchecked (resolve_row without
+// the repeated-slot scan). For every row the build makes real, the prediction is what the build writes.
+TEST(Indices, APredictionFromPreRoundDataIsWhatTheBuildWrites) {
+  std::mt19937_64 rng(fresh_seed());
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
+    for (const IndexCase& c : cases()) {
+      SCOPED_TRACE(std::string(to_string(mode)) + " " + c.name);
+      const int32_t N = int32_t(c.slots.size());
+      std::vector<int32_t> parity(size_t(c.P));
+      for (auto& p : parity) p = int32_t(rng() % 2);
+      const auto accept = random_accepts(c.P, mode == Mode::replay ? c.T : c.S, rng);
+      const size_t rows = static_cast<size_t>(N);
+      std::vector<int32_t> row_slot(rows), seed_pool(rows), seed_scratch(rows), seed_accept(rows),
+          write_row(rows * size_t(c.T)), row_parity(rows), replay_from(rows), cache_to(rows);
+      IndexBuildParams p;
+      p.slots = c.slots.data();
+      p.n_real = &c.n_real;
+      p.accept_len = accept.data();
+      p.pool_slots = c.P;
+      p.scratch_steps = c.S;
+      p.tokens = c.T;
+      p.rows = N;
+      p.policy = mode_policy(mode);
+      p.round_parity = parity.data();
+      p.out = arrays(N, c.T, row_slot, seed_pool, seed_scratch, seed_accept, write_row);
+      p.out.row_parity = row_parity.data();
+      p.out.replay_from = replay_from.data();
+      p.out.cache_to = cache_to.data();
+      build_indices_cpu(p);
+      for (int32_t n = 0; n < N; ++n) {
+        const RowIndices predicted = row_indices(p, resolve_row(p, n, false));
+        if (row_slot[size_t(n)] < 0) continue;  // padding: the build's word is final
+        EXPECT_EQ(predicted.slot, row_slot[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.accept, seed_accept[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.seed_pool, seed_pool[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.seed_scratch, seed_scratch[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.parity, row_parity[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.replay_from, replay_from[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.cache_to, cache_to[size_t(n)]) << "row " << n;
+      }
+    }
+  }
+}
+
 TEST(Indices, PaddedRowsAreFullyNegative) {
   std::mt19937_64 rng(fresh_seed());
   for (const IndexCase& c : cases()) {

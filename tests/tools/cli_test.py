@@ -280,7 +280,7 @@ def conv_on_by_default_and_off_with_no_conv():
     C = 2 * H * K + HV * K
     for mode, columns, scratch in (("two-phase", 3, S * 3), ("fused-accept", 2 * (4 - 1 + S), 0), ("replay", 2 * (4 - 1 + S), 0)):
         d = json.loads(expect_ok(["run", "--backend", "cpu", "--mode", mode, "--rounds", "2", "--json"]).stdout)
-        if d["conv"] != {"width": 4, "channels": C, "activation": "silu", "bias": False}:
+        if d["conv"] != {"width": 4, "channels": C, "activation": "silu", "bias": False, "fused": True}:
             raise Failure(f"{mode}: the JSON's conv is {d['conv']}")
         got = d["bytes_per_slot"]
         if (got["conv_state"], got["conv_scratch"]) != (L * columns * C * 4, L * scratch * C * 4):
@@ -295,6 +295,29 @@ def conv_on_by_default_and_off_with_no_conv():
     if not text.get("conv", "").startswith("off"):
         raise Failure(f"--no-conv: the text summary's conv line: {text.get('conv')}")
     print(d["conv"], text["conv"])
+
+
+@case
+def conv_fused_by_default_and_unfused_on_request():
+    """Issue 21: with the conv, one kernel per layer (the conv fused into the verify) unless --unfused-conv;
+    the JSON counts the kernel nodes of a captured round: per layer the engine's input kernel and the
+    verify (and the conv when unfused), plus the index build, sampler and accept (and two-phase's commit of
+    the state and of the conv window)."""
+    L = 2  # the tiny preset
+    for mode, tail in (("fused-accept", 3), ("replay", 3), ("two-phase", 5)):
+        for flags, per_layer, fused in (([], 2, True), (["--unfused-conv"], 3, False)):
+            d = json.loads(expect_ok(["run", "--backend", "cpu", "--mode", mode, "--rounds", "2", "--json"] + flags).stdout)
+            if d["conv"]["fused"] != fused:
+                raise Failure(f"{mode} {flags}: the JSON's conv is {d['conv']}")
+            if d["kernel_nodes_per_round"] != L * per_layer + tail:
+                raise Failure(f"{mode} {flags}: {d['kernel_nodes_per_round']} kernel nodes a round, expected "
+                              f"{L * per_layer + tail}")
+            if any(c["kernel_nodes"] != d["kernel_nodes_per_round"] for c in d["captures"]):
+                raise Failure(f"{mode} {flags}: the buckets' graphs hold different rounds: {d['captures']}")
+        print(mode, "kernel nodes fused", L * 2 + tail, "unfused", L * 3 + tail)
+    text = summary(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--unfused-conv"]).stdout)
+    if "--unfused-conv" not in text.get("conv", ""):
+        raise Failure(f"the text summary's conv line: {text.get('conv')}")
 
 
 @case
@@ -570,13 +593,14 @@ def names(ranges):
     return [r.name for r in ranges]
 
 
-def expect_round_body(r, layers, tail):
-    """A capture or eager round: the index build, the L layers in order, each its conv (on by default)
-    then its verify, then `tail` (sampler steps)."""
-    want = ["index_build"] + ["conv", "layer"] * layers + tail
+def expect_round_body(r, layers, tail, per_layer=("layer",)):
+    """A capture or eager round: the index build, the L layers in order, each its verify with the conv
+    (on by default) fused in, or with --unfused-conv (per_layer conv, layer) its conv then its verify,
+    then `tail` (sampler steps)."""
+    want = ["index_build"] + list(per_layer) * layers + tail
     if names(r.children) != want:
         raise Failure(f"{r.name} {r.payload} holds {names(r.children)}, expected {want}")
-    for kind in ("conv", "layer"):
+    for kind in per_layer:
         if [c.payload for c in r.children if c.name == kind] != list(range(layers)):
             raise Failure(f"{r.name}: {kind} payloads {[c.payload for c in r.children if c.name == kind]}")
     for c in r.children:
@@ -643,12 +667,12 @@ def nvtx_sampler_outside_graph():
     if ARGS.nvtx_compiled_out:
         raise Skip("this build compiles NVTX out (KDAGRAPH_ENABLE_NVTX=OFF); see nvtx_compiled_out")
     loaded, top = record_ranges(["run", "--backend", "cpu", "--mode", "two-phase", "--exec", "graph", "--batch",
-                                 "3", "--rounds", "4", "--sampler-outside-graph"])
+                                 "3", "--rounds", "4", "--sampler-outside-graph", "--unfused-conv"])
     if not loaded:
         raise Failure("the recorder saw no ranges")
     for r in top:
         if r.name == "capture":
-            expect_round_body(r, 2, ["instantiate"])  # the graph holds no sampler step
+            expect_round_body(r, 2, ["instantiate"], ("conv", "layer"))  # no sampler step; two launches a layer
     rounds = [r.name for r in top if r.name in ("replay", "accept", "commit")]
     if rounds != ["replay", "accept", "commit"] * 4:
         raise Failure(f"each replay should be followed by the accept and the commit launches: {rounds}")

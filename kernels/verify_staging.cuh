@@ -1,0 +1,393 @@
+// SPEC §1, §3, §9 on the device: how a verify block (kernels/verify.cu) brings its tokens' inputs into
+// shared memory. The small per-token inputs are copied kChunkTokens tokens at a time with cp.async, so a
+// chunk costs one memory round trip and no registers; then the block preprocesses them once (L2 norm
+// and scale of q and k, the gate, beta) rather than once per lane group.
+//
+// With the short convolution fused in (ConvStaging), a new token's q, k and v are not copied: the block
+// stages x for its channels (the q and k channels of its query/key head and the v channels of its tile)
+// after the W - 1 inputs of its conv window, convolves them with conv_output_value of kernels/conv.h,
+// and rounds y to the io dtype where the copy would have put it, so the rest of the verify sees bitwise
+// what the conv operation followed by the verify sees. The owner of a channel writes its history
+// [TAG_CONV_LAYOUT].
+#pragma once
+
+#include <cuda_pipeline.h>
+
+#include <cstdint>
+
+#include "kernels/conv.h"
+#include "kernels/kda_math.h"
+#include "kernels/verify.h"
+#include "kernels/verify_update.cuh"
+
+namespace kdagraph::verify_detail {
+
+constexpr int kChunkTokens = 8;  // tokens staged in shared memory at a time
+constexpr int kVecBytes = 16;    // one cp.async
+
+// Tile shape for head dim K (= V) with kRows V rows per lane group. Four warps per block; at K = 128 a
+// tile is 16 rows, so batch 1 with HV = 16 still launches 128 blocks.
+// [TAG_VERIFY_TILE] profiling/bench_verify_cuda.cu's traffic-only twin repeats this grid at K = 128.
+template <int K, int kRows>
+struct VerifyTile {
+  static constexpr int kGroupLanes = K / kSlice;  // 32 at K = 128, 16 at K = 64
+  static constexpr int kGroupsPerWarp = kWarpSize / kGroupLanes;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  // Registers: at most 128 a thread (four blocks an SM). Without a bound ptxas chose 96 for some
+  // variants and spilled around the division slow path's calls; with one of five, the fused conv spills.
+  static constexpr int kMinBlocksPerSm = 4;
+  static constexpr int kTileV = kWarps * kGroupsPerWarp * kRows;
+  static constexpr int kTilesPerHead = K / kTileV;
+  static_assert(kGroupLanes <= kWarpSize && kWarpSize % kGroupLanes == 0, "a lane group lies in one warp");
+  static_assert(K % kTileV == 0, "tiles cover a head exactly");
+  static_assert(K <= kThreads, "one thread per key channel when staging dt_bias");
+};
+
+// Rows per lane group for each supported head dim: 16-row tiles at both.
+template <int K>
+struct VerifyConfig;
+template <>
+struct VerifyConfig<128> {
+  static constexpr int kRows = 4;
+};
+template <>
+struct VerifyConfig<64> {
+  static constexpr int kRows = 2;
+};
+
+// Up to kChunkTokens tokens of inputs. The *_in arrays are the io-dtype bytes as copied (or, fused, as
+// the conv rounds them); q, k and a are what the update reads: q and k times their qk_multiplier, a the
+// per-channel decay factor.
+template <int K, int kTileV, class IoT>
+struct alignas(kVecBytes) StagedTokens {
+  IoT q_in[kChunkTokens][K];
+  IoT k_in[kChunkTokens][K];
+  IoT g_in[kChunkTokens][K];
+  IoT v[kChunkTokens][kTileV];  // the tile's rows, converted where read
+  float q[kChunkTokens][K];
+  float k[kChunkTokens][K];
+  float a[kChunkTokens][K];
+  float dt_bias[K];
+  float a_log;
+  float beta[kChunkTokens];
+  int32_t write_row[kChunkTokens];
+  static_assert(K * sizeof(IoT) % kVecBytes == 0 && kTileV * sizeof(IoT) % kVecBytes == 0,
+                "rows copy in whole 16-byte vectors");
+};
+
+// One 16-byte vector of io elements, from shared to global memory.
+template <class IoT>
+__device__ __forceinline__ void copy16(IoT* dst, const IoT* src) {
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+}
+
+// The fused conv's inputs: the block's kChannels channels are three runs of x and of the conv state,
+// the K q channels and the K k channels of its query/key head and the kTileV v channels of its tile.
+// history row i holds the input W - 1 - i tokens before the chunk's first new token (rows [0, W - 1):
+// its conv window), then the chunk's new tokens' x.
+template <int K, int kTileV, class IoT>
+struct alignas(kVecBytes) ConvStaging {
+  static constexpr int kChannels = 2 * K + kTileV;
+  IoT history[kMaxConvWidth - 1 + kChunkTokens][kChannels];
+  float weight[kChannels][kMaxConvWidth];
+  float bias[kChannels];
+  static_assert(kChannels * sizeof(IoT) % kVecBytes == 0, "history rows copy in whole 16-byte vectors");
+};
+
+// The row a block works on: its launch row, value head, its query/key head, the tile's first V row,
+// what the row does (verify_row) and where its inputs come from.
+struct BlockRow {
+  int32_t n, h, hq, v0;
+  VerifyRow r;
+  const char* cache_from;  // the cache row holding the replayed tokens
+  char* cache_to;          // the cache row the new tokens' inputs go to, or null
+};
+
+// Where the block's conv channels are among x's C: the first channel of each run (q, k, v).
+struct ConvRuns {
+  int32_t q, k, v;
+};
+
+__device__ __forceinline__ ConvRuns conv_runs(const VerifyParams& p, const BlockRow& b) {
+  const int32_t HK = p.heads * p.head_k;
+  return ConvRuns{b.hq * p.head_k, HK + b.hq * p.head_k, 2 * HK + b.h * p.head_v + b.v0};
+}
+
+// Which run (0 q, 1 k, 2 v) the block's conv channel lc is in, and its x channel.
+template <int K>
+__device__ __forceinline__ int conv_run(int lc) {
+  return lc < K ? 0 : lc < 2 * K ? 1 : 2;
+}
+template <int K>
+__device__ __forceinline__ int64_t conv_channel_of(const ConvRuns& runs, int lc) {
+  return lc < K ? runs.q + lc : lc < 2 * K ? runs.k + (lc - K) : runs.v + (lc - 2 * K);
+}
+
+// Token u of a block's token list, as pointers to its (head's) vectors: the first r.replay tokens are
+// in the cache row, the rest in the layer's inputs [TAG_TOKEN_CACHE]. q is null for cached tokens; q, k
+// and v are null for new tokens when the conv is fused (kConv): the conv makes them.
+template <class IoT>
+struct TokenPtrs {
+  const IoT *q, *k, *g, *v, *beta;
+};
+
+template <int K, bool kConv, class IoT>
+__device__ __forceinline__ TokenPtrs<IoT> token_ptrs(const VerifyParams& p, const BlockRow& b, int32_t u) {
+  constexpr int V = K;
+  const int32_t HV = p.value_heads;
+  if (u < b.r.replay) {
+    const TokenCacheLayout c{p.cache_tokens, p.heads, HV, K, V};
+    const IoT* row = reinterpret_cast<const IoT*>(b.cache_from);
+    return {nullptr, row + c.k_offset(u, b.hq), row + c.g_offset(u, b.h), row + c.v_offset(u, b.h) + b.v0,
+            row + c.beta_offset(u, b.h)};
+  }
+  const int64_t tok = int64_t(b.n) * p.tokens + (u - b.r.replay);
+  const IoT* g = static_cast<const IoT*>(p.g) + (tok * HV + b.h) * K;
+  const IoT* beta = static_cast<const IoT*>(p.beta) + tok * HV + b.h;
+  if (kConv) return {nullptr, nullptr, g, nullptr, beta};
+  const int64_t qk = (tok * p.heads + b.hq) * K;
+  return {static_cast<const IoT*>(p.q) + qk, static_cast<const IoT*>(p.k) + qk, g,
+          static_cast<const IoT*>(p.v) + (tok * HV + b.h) * V + b.v0, beta};
+}
+
+// The layer's parameters a block needs, which no kernel of the round writes, so they may be copied
+// before the grid dependency wait: the gate parameters and, fused, the conv weights and bias of its
+// channels. Started as cp.async; the first chunk's wait covers them.
+template <int K, int kTileV, int kThreads, bool kConv, class IoT>
+__device__ __forceinline__ void stage_layer_params(const VerifyParams& p, const BlockRow& b,
+                                                   StagedTokens<K, kTileV, IoT>& st,
+                                                   ConvStaging<K, kTileV, IoT>* cs) {
+  const int tid = int(threadIdx.x);
+  if (p.dt_bias != nullptr && tid < K)
+    __pipeline_memcpy_async(&st.dt_bias[tid], p.dt_bias + int64_t(b.h) * K + tid, sizeof(float));
+  if (p.A_log != nullptr && tid == 0) __pipeline_memcpy_async(&st.a_log, p.A_log + b.h, sizeof(float));
+  if (kConv) {
+    constexpr int kChannels = ConvStaging<K, kTileV, IoT>::kChannels;
+    const ConvRuns runs = conv_runs(p, b);
+    const int32_t W = p.conv.width;
+    for (int e = tid; e < kChannels * W; e += kThreads) {
+      const int lc = e / W, j = e % W;
+      __pipeline_memcpy_async(&cs->weight[lc][j], p.conv.weight + conv_channel_of<K>(runs, lc) * W + j, sizeof(float));
+    }
+    if (p.conv.bias != nullptr)
+      for (int lc = tid; lc < kChannels; lc += kThreads)
+        __pipeline_memcpy_async(&cs->bias[lc], p.conv.bias + conv_channel_of<K>(runs, lc), sizeof(float));
+  }
+  __pipeline_commit();
+}
+
+// Starts the copy of the conv window of row `r` (W - 1 columns from r.read) into history rows
+// [0, W - 1): what earlier rounds wrote, so it may run before the grid dependency wait.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void stage_conv_window(const VerifyParams& p, const BlockRow& b, const ConvRow& r,
+                                                  ConvStaging<K, kTileV, IoT>& cs) {
+  constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
+  constexpr int kVecs = ConvStaging<K, kTileV, IoT>::kChannels / kElemsPerVec;
+  const ConvRuns runs = conv_runs(p, b);
+  const IoT* state = reinterpret_cast<const IoT*>(r.state);
+  const int64_t C = p.conv.channels;
+  for (int e = int(threadIdx.x); e < (p.conv.width - 1) * kVecs; e += kThreads) {
+    const int j = e / kVecs, lc = e % kVecs * kElemsPerVec;
+    __pipeline_memcpy_async(&cs.history[j][lc], state + (r.read + j) * C + conv_channel_of<K>(runs, lc), kVecBytes);
+  }
+  __pipeline_commit();
+}
+
+// Chunk [u0, u0 + count) of the block's token list holds `n_new` new tokens from new token `t_first` on
+// (none while the list still replays cached tokens).
+struct ChunkTokens {
+  int32_t u0, count, first, t_first, n_new;  // first: the list index of the first new token
+};
+
+__device__ __forceinline__ ChunkTokens chunk_tokens(const BlockRow& b, int32_t u0, int32_t count) {
+  const int32_t first = u0 > b.r.replay ? u0 : b.r.replay;
+  const int32_t n_new = u0 + count > first ? u0 + count - first : 0;
+  return ChunkTokens{u0, count, first, first - b.r.replay, n_new};
+}
+
+// Starts the copies of a chunk's tokens into shared memory: q (new tokens only), k and g rows and the
+// tile's v as 16-byte cp.async, beta and write_row with plain loads. Fused (kConv), the new tokens'
+// x rows of the block's conv channels instead of their q, k and v, after the conv window.
+template <int K, int kTileV, int kThreads, bool kConv, class IoT>
+__device__ __forceinline__ void copy_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                            StagedTokens<K, kTileV, IoT>& st, ConvStaging<K, kTileV, IoT>* cs) {
+  constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
+  constexpr int kRowVecs = K / kElemsPerVec;        // 16-byte vectors in one q, k or g row
+  constexpr int kTileVecs = kTileV / kElemsPerVec;  // ... in the tile's part of one v row
+  const int tid = int(threadIdx.x);
+
+  for (int c = tid; c < ch.count * kRowVecs; c += kThreads) {
+    const int tt = c / kRowVecs, e = c % kRowVecs * kElemsPerVec;
+    const TokenPtrs<IoT> t = token_ptrs<K, kConv, IoT>(p, b, ch.u0 + tt);
+    if (t.q != nullptr) __pipeline_memcpy_async(&st.q_in[tt][e], t.q + e, kVecBytes);
+    if (t.k != nullptr) __pipeline_memcpy_async(&st.k_in[tt][e], t.k + e, kVecBytes);
+    __pipeline_memcpy_async(&st.g_in[tt][e], t.g + e, kVecBytes);
+  }
+  for (int c = tid; c < ch.count * kTileVecs; c += kThreads) {
+    const int tt = c / kTileVecs, e = c % kTileVecs * kElemsPerVec;
+    const IoT* v = token_ptrs<K, kConv, IoT>(p, b, ch.u0 + tt).v;
+    if (v != nullptr) __pipeline_memcpy_async(&st.v[tt][e], v + e, kVecBytes);
+  }
+  if (kConv) {
+    constexpr int kVecs = ConvStaging<K, kTileV, IoT>::kChannels / kElemsPerVec;
+    const ConvRuns runs = conv_runs(p, b);
+    const int64_t C = p.conv.channels;
+    const IoT* x = static_cast<const IoT*>(p.conv.x) + (int64_t(b.n) * p.tokens + ch.t_first) * C;
+    for (int c = tid; c < ch.n_new * kVecs; c += kThreads) {
+      const int i = c / kVecs, lc = c % kVecs * kElemsPerVec;
+      __pipeline_memcpy_async(&cs->history[p.conv.width - 1 + i][lc], x + i * C + conv_channel_of<K>(runs, lc),
+                              kVecBytes);
+    }
+  }
+  __pipeline_commit();
+  if (tid < ch.count) {
+    const int32_t u = ch.u0 + tid;
+    st.beta[tid] = math::beta_value(p.options, math::to_f32(*token_ptrs<K, kConv, IoT>(p, b, u).beta));
+    const bool report = b.h == 0 && b.v0 == 0;
+    st.write_row[tid] = u >= b.r.replay ? post_state_row(p, b.n, u - b.r.replay, report) : -1;
+  }
+}
+
+// Once a chunk's x has landed: y of each (new token, conv channel) from its W inputs in the history,
+// rounded to the io dtype, where the copy would have put q, k and v.
+template <int K, int kTileV, int kThreads, int W, class IoT>
+__device__ __forceinline__ void convolve_chunk(const VerifyParams& p, const ChunkTokens& ch,
+                                               StagedTokens<K, kTileV, IoT>& st, const ConvStaging<K, kTileV, IoT>& cs) {
+  constexpr int kChannels = ConvStaging<K, kTileV, IoT>::kChannels;
+  for (int e = int(threadIdx.x); e < ch.n_new * kChannels; e += kThreads) {
+    const int i = e / kChannels, lc = e % kChannels;
+    float w[W], window[W - 1];
+#pragma unroll
+    for (int j = 0; j < W; ++j) w[j] = cs.weight[lc][j];
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) window[j] = math::to_f32(cs.history[i + j][lc]);
+    const float bias = p.conv.bias != nullptr ? cs.bias[lc] : 0.0f;
+    const IoT y = math::from_f32<IoT>(conv_output_value<W>(p.conv, w, window, math::to_f32(cs.history[i + W - 1][lc]), bias));
+    const int tt = ch.first - ch.u0 + i;
+    const int run = conv_run<K>(lc);
+    if (run == 0) st.q_in[tt][lc] = y;
+    else if (run == 1) st.k_in[tt][lc - K] = y;
+    else st.v[tt][lc - 2 * K] = y;
+  }
+}
+
+// The chunk's conv history, by the owners of its channels: the block of tile 0 of the first value head
+// of a group owns the q and k channels of its query/key head, each block its tile's v channels. halves:
+// base <- the window (with the first new token), new[t] <- x_t, in the half row `r` writes; fixed_window:
+// the window after each new token to its conv scratch row. Columns are 16-byte vectors per run.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void store_conv_history(const VerifyParams& p, const BlockRow& b, const ConvRow& r,
+                                                   const ChunkTokens& ch, const ConvStaging<K, kTileV, IoT>& cs) {
+  constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
+  constexpr int kVecs = ConvStaging<K, kTileV, IoT>::kChannels / kElemsPerVec;
+  const ConvParams& c = p.conv;
+  const int32_t W = c.width;
+  const int64_t C = c.channels;
+  const bool owns_qk = b.v0 == 0 && b.h % (p.value_heads / p.heads) == 0;
+  const int first_vec = owns_qk ? 0 : 2 * K / kElemsPerVec, vecs = kVecs - first_vec;
+  const ConvRuns runs = conv_runs(p, b);
+  const bool halves = c.layout == ConvLayout::halves;
+  // halves: columns (base with the first chunk) and their history rows; fixed_window: W - 1 per token.
+  const int32_t base = halves && ch.t_first == 0 ? W - 1 : 0;
+  const int32_t columns = halves ? base + ch.n_new : ch.n_new * (W - 1);
+  for (int e = int(threadIdx.x); e < columns * vecs; e += kThreads) {
+    const int col = e / vecs, lc = (first_vec + e % vecs) * kElemsPerVec;
+    IoT* dst;
+    int history_row;
+    if (halves) {
+      history_row = col + (W - 1 - base);  // the base's W - 1 rows, then the new tokens'
+      dst = reinterpret_cast<IoT*>(r.state) + (r.write + ch.t_first + history_row) * C;
+    } else {
+      const int i = col / (W - 1), j = col % (W - 1);
+      const int32_t row = c.write_row[(int64_t(b.n) * p.tokens + ch.t_first + i)];
+      if (row < 0) continue;
+      history_row = i + 1 + j;  // the window after new token i
+      dst = reinterpret_cast<IoT*>(state_row(r.scratch, c.scratch, row)) + j * C;
+    }
+    copy16(dst + conv_channel_of<K>(runs, lc), &cs.history[history_row][lc]);
+  }
+}
+
+// Before a later chunk's x lands: its window is the last W - 1 inputs of the previous chunk's rows.
+// Each thread moves whole channels upwards, reading a row before any thread could overwrite it.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void shift_conv_history(int32_t W, int32_t previous_new, ConvStaging<K, kTileV, IoT>& cs) {
+  for (int lc = int(threadIdx.x); lc < ConvStaging<K, kTileV, IoT>::kChannels; lc += kThreads)
+    for (int j = 0; j < W - 1; ++j) cs.history[j][lc] = cs.history[previous_new + j][lc];
+}
+
+// Once a chunk has landed: the new tokens' inputs, as given (fused: as the conv made them), into the
+// cache row for the next round's replay. The tile's v rows are this block's; k, g and beta are shared by
+// the tiles of a value head (and k by the G value heads of a query head), so one block writes each.
+template <int K, int kTileV, int kThreads, bool kConv, class IoT>
+__device__ __forceinline__ void store_new_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                                 const StagedTokens<K, kTileV, IoT>& st) {
+  if (b.cache_to == nullptr) return;
+  constexpr int V = K;
+  constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
+  constexpr int kRowVecs = K / kElemsPerVec, kTileVecs = kTileV / kElemsPerVec;
+  const TokenCacheLayout c{p.cache_tokens, p.heads, p.value_heads, K, V};
+  IoT* row = reinterpret_cast<IoT*>(b.cache_to);
+  const bool first_tile = b.v0 == 0, writes_k = first_tile && b.h % (p.value_heads / p.heads) == 0;
+  const int tid = int(threadIdx.x);
+  for (int c16 = tid; c16 < ch.count * kRowVecs; c16 += kThreads) {
+    const int tt = c16 / kRowVecs, e = c16 % kRowVecs * kElemsPerVec, t = ch.u0 + tt - b.r.replay;
+    if (t < 0) continue;
+    if (writes_k) copy16(row + c.k_offset(t, b.hq) + e, &st.k_in[tt][e]);
+    if (first_tile) copy16(row + c.g_offset(t, b.h) + e, &st.g_in[tt][e]);
+  }
+  for (int c16 = tid; c16 < ch.count * kTileVecs; c16 += kThreads) {
+    const int tt = c16 / kTileVecs, e = c16 % kTileVecs * kElemsPerVec, t = ch.u0 + tt - b.r.replay;
+    if (t >= 0) copy16(row + c.v_offset(t, b.h) + b.v0 + e, &st.v[tt][e]);
+  }
+  if (first_tile && tid < ch.count && ch.u0 + tid >= b.r.replay)
+    row[c.beta_offset(ch.u0 + tid - b.r.replay, b.h)] = *token_ptrs<K, kConv, IoT>(p, b, ch.u0 + tid).beta;
+}
+
+// Once the copies have landed: q (new tokens) and k times their qk_multiplier (one warp per vector, the
+// L2 norm's sum of squares a warp-wide reduction), and the decay factor of every key channel, with the
+// head's gate scale (the exp of A_log) computed once, not per channel.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                                  StagedTokens<K, kTileV, IoT>& st) {
+  constexpr int kPerLane = K / kWarpSize;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  const float q_scale = math::query_scale(p.options, K);
+  for (int task = warp; task < 2 * ch.count; task += kThreads / kWarpSize) {
+    const int tt = task / 2;
+    const bool is_q = task % 2 == 0;
+    if (is_q && ch.u0 + tt < b.r.replay) continue;  // a cached token has no query (warp-uniform)
+    const IoT* src = (is_q ? st.q_in[tt] : st.k_in[tt]) + lane * kPerLane;
+    float x[kPerLane];
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      x[e] = math::to_f32(src[e]);
+      sum_sq = math::accumulate(sum_sq, x[e], x[e]);
+    }
+    if (p.options.l2norm_qk) {
+      float sums[1] = {sum_sq};
+      group_sums<kWarpSize>(sums);
+      sum_sq = sums[0];
+    }
+    const float mult = math::qk_multiplier(p.options.l2norm_qk, sum_sq, is_q ? q_scale : 1.0f);
+    float* dst = (is_q ? st.q[tt] : st.k[tt]) + lane * kPerLane;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) dst[e] = x[e] * mult;
+  }
+  const float gate_scale = math::gate_scale(p.options, p.A_log != nullptr ? st.a_log : 0.0f);
+  const bool has_dt_bias = p.dt_bias != nullptr;
+  for (int e = int(threadIdx.x); e < ch.count * K; e += kThreads) {
+    const int tt = e / K, i = e % K;
+    const float log_decay =
+        math::log_decay_scaled(p.options, math::to_f32(st.g_in[tt][i]), gate_scale, has_dt_bias ? st.dt_bias[i] : 0.0f);
+    st.a[tt][i] = math::decay_factor(log_decay);
+  }
+}
+
+// Waits for every copy this thread started: a block that leaves early still waits for its copies to
+// land in the shared memory it is about to give up.
+__device__ __forceinline__ void drain_copies() { __pipeline_wait_prior(0); }
+
+}  // namespace kdagraph::verify_detail
