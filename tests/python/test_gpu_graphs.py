@@ -4,13 +4,14 @@ writes fresh inputs and accept lengths into those tensors, changes the batch now
 included), and replays. Every replay must be bitwise equal to the same calls made eagerly on a twin of the
 state, outputs each round and states at the end; the first round also agrees with the CPU backend. The
 same rounds through cupy arrays (zero-copy views, cupy's current stream) are bitwise torch's. Skipped
-without a GPU, torch or cupy."""
+without a GPU (the cupy test also without cupy)."""
 
 import numpy as np
 import pytest
+import torch
 
 import kdagraph
-from helpers import gpu_or_skip, rel_error, torch_or_skip
+from helpers import gpu_or_skip, rel_error
 
 L, H, HV, K, T, S, P, N = 3, 2, 4, 128, 3, 4, 7, 4  # layers, heads, T tokens of S scratch steps, P slots, bucket N
 ROUNDS = 50
@@ -98,7 +99,6 @@ def check_against_cpu(torch, engine, pools_before, outputs, idx, nat):
 
 def test_sglang_graph_of_indices_and_layers_replays_bitwise_as_eager(rng):
     gpu_or_skip()
-    torch = torch_or_skip()
     engine = Engine(torch, rng, torch.bfloat16)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -140,7 +140,6 @@ def test_cupy_arrays_give_torchs_results_bitwise(rng):
     """The same rounds with every array a cupy view of the torch tensor (fp32 io), on a cupy stream:
     kdagraph takes cupy's current stream and the cupy arrays in place, and the results are bitwise torch's."""
     gpu_or_skip()
-    torch = torch_or_skip()
     cupy = pytest.importorskip("cupy", reason="cupy is not installed here; the cupy tests run where it is")
     engine = Engine(torch, rng, torch.float32)  # fp32: the test does not rely on cupy knowing bfloat16
     torch_pools, cupy_pools = engine.pools(), engine.pools()
