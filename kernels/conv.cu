@@ -35,12 +35,18 @@ __global__ void __launch_bounds__(kConvThreads)
     conv_window_kernel(const ConvWindowParams p, const int32_t chunks, const int64_t units) {
   grid_dependency_wait();
   trigger_dependent_launch();
+  // Where a unit's window moves from and to, resolved by one thread and shared: a materialize list is
+  // checked for repeats by a scan of the entries before it, once per block and unit rather than per thread.
+  auto& resolved = shared_object<ConvWindowMove>();
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const int32_t chunk = int32_t(u % chunks);
     const int64_t entry_layer = u / chunks;
     const int32_t layer = int32_t(entry_layer % p.layers), e = int32_t(entry_layer / p.layers);
-    const bool first_thread = chunk == 0 && threadIdx.x == 0;  // one report per entry, and per layer
-    const ConvWindowMove m = conv_window_move(p, e, layer, first_thread && layer == 0, first_thread);
+    // One report per entry, and per entry and layer.
+    if (threadIdx.x == 0) resolved = conv_window_move(p, e, layer, chunk == 0 && layer == 0, chunk == 0);
+    __syncthreads();
+    const ConvWindowMove m = resolved;
+    __syncthreads();  // every thread has read it before thread 0 resolves the next unit
     const int32_t c = chunk * kConvThreads + int32_t(threadIdx.x);
     if (m.dst != nullptr && c < p.channels) conv_window_channel<E>(p, m, c);
   }

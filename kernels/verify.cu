@@ -30,6 +30,19 @@ namespace {
 
 using namespace verify_detail;
 
+// A VerifyRow in shared memory, which is never constructed: its fields, copied in and out.
+struct SharedVerifyRow {
+  int32_t seed_pool, seed_scratch, replay, replay_from, cache_to;
+  __device__ void set(const VerifyRow& r) {
+    seed_pool = r.seed_pool;
+    seed_scratch = r.seed_scratch;
+    replay = r.replay;
+    replay_from = r.replay_from;
+    cache_to = r.cache_to;
+  }
+  __device__ VerifyRow get() const { return VerifyRow{seed_pool, seed_scratch, replay, replay_from, cache_to}; }
+};
+
 // The fused conv's inputs of a chunk, at the conv's width: staged x convolved into q, k and v, and the
 // owners' history written.
 template <int K, int kTileV, int kThreads, class IoT>
@@ -100,7 +113,16 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, 
   trigger_dependent_launch();
 
   const bool report = tile == 0 && b.h == 0 && threadIdx.x == 0;
-  b.r = verify_row(p, b.n, report);
+  if (p.slot_list != nullptr) {
+    // A materialize list is checked for repeats by a scan of the entries before row n: one thread
+    // resolves the row and the block shares it (a block is one row's tile, so it is written once).
+    auto& resolved = shared_object<SharedVerifyRow>();
+    if (threadIdx.x == 0) resolved.set(verify_row(p, b.n, report));
+    __syncthreads();
+    b.r = resolved.get();
+  } else {
+    b.r = verify_row(p, b.n, report);
+  }
   const VerifyBases bases = b.r.padded() ? VerifyBases{} : verify_bases(p, b.r, b.n, report);
   ConvRow cr;
   if constexpr (kConv) cr = b.r.padded() || !bases.ok ? ConvRow{} : conv_row(p.conv, b.n, report);
