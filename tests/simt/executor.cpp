@@ -127,6 +127,14 @@ bool fibers_available() {
 #endif
 }
 
+std::vector<Lanes> built_lanes() {
+  std::vector<Lanes> lanes = built_fibers();
+  lanes.push_back(Lanes::threads);
+  return lanes;
+}
+
+std::vector<Lanes> built_fibers() { return fibers_available() ? std::vector<Lanes>{Lanes::fibers} : std::vector<Lanes>{}; }
+
 Options options() {
   State& s = state();
   const std::lock_guard<std::mutex> lk(s.launch_m);

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <driver_types.h>
 #include <vector_types.h>
@@ -67,6 +68,10 @@ struct Options {
 Options options();
 void set_options(const Options& o);
 bool fibers_available();
+// The lanes this build runs: fibers where they are built, then threads.
+std::vector<Lanes> built_lanes();
+// The fiber lanes alone where they are built; empty elsewhere.
+std::vector<Lanes> built_fibers();
 
 // Sets the options for a scope and restores the previous ones at its end.
 class ScopedOptions {

@@ -95,21 +95,16 @@ __global__ void trigger_first_kernel(WriterArgs a) {
   a.data[threadIdx.x] = 1;
 }
 
-#define KDA_SKIP_UNLESS_FIBERS()                                                                 \
-  do {                                                                                           \
-    if (GetParam() == Lanes::threads) GTEST_SKIP() << "OS-thread lanes run programmatic launches as plain ones"; \
-  } while (0)
-
+// Runs on each kind of lanes this build has (fibers are not built under ThreadSanitizer).
 class ExecutorPdlTest : public ::testing::TestWithParam<Lanes> {
  protected:
-  void SetUp() override {
-    if (GetParam() == Lanes::fibers && !simt::fibers_available())
-      GTEST_SKIP() << "fiber lanes are not built here (ThreadSanitizer, or no fiber implementation)";
-    ASSERT_EQ(simt::synchronize(), cudaSuccess) << "a kernel of an earlier test was still held";
-  }
+  void SetUp() override { ASSERT_EQ(simt::synchronize(), cudaSuccess) << "a kernel of an earlier test was still held"; }
   void TearDown() override { EXPECT_EQ(simt::synchronize(), cudaSuccess) << simt::last_error(); }
   simt::Options with(Schedule s = Schedule::rotate) const { return simt::Options{GetParam(), s}; }
 };
+// Fiber lanes hold a programmatic kernel at its wait; OS-thread lanes run it as a plain launch.
+class FiberPdlTest : public ExecutorPdlTest {};
+class ThreadPdlTest : public ExecutorPdlTest {};
 
 struct Buffers {
   explicit Buffers(int blocks)
@@ -123,8 +118,7 @@ struct Buffers {
   std::vector<int32_t> early, late, copied;
 };
 
-TEST_P(ExecutorPdlTest, ReadsAboveTheWaitSeeMemoryBeforeThePreviousKernelWrote) {
-  KDA_SKIP_UNLESS_FIBERS();
+TEST_P(FiberPdlTest, ReadsAboveTheWaitSeeMemoryBeforeThePreviousKernelWrote) {
   for (Schedule s : {Schedule::ascending, Schedule::descending, Schedule::round_robin, Schedule::random}) {
     simt::ScopedOptions opt(with(s));
     Buffers b(3);
@@ -148,8 +142,7 @@ TEST_P(ExecutorPdlTest, ReadsAboveTheWaitSeeMemoryBeforeThePreviousKernelWrote) 
 }
 
 // OS-thread lanes: the same launches run one after the other, so every read sees the writer's data.
-TEST_P(ExecutorPdlTest, ThreadLanesRunProgrammaticLaunchesPlainly) {
-  if (GetParam() == Lanes::fibers) GTEST_SKIP() << "fibers hold: the test above";
+TEST_P(ThreadPdlTest, ThreadLanesRunProgrammaticLaunchesPlainly) {
   simt::ScopedOptions opt(with());
   Buffers b(2);
   const uint64_t held = simt::held_launches();
@@ -160,8 +153,7 @@ TEST_P(ExecutorPdlTest, ThreadLanesRunProgrammaticLaunchesPlainly) {
   for (size_t i = 0; i < b.data.size(); ++i) ASSERT_EQ(b.early[i], written(int(i))) << "element " << i;
 }
 
-TEST_P(ExecutorPdlTest, APlainLaunchCompletesTheHeldKernelFirst) {
-  KDA_SKIP_UNLESS_FIBERS();
+TEST_P(FiberPdlTest, APlainLaunchCompletesTheHeldKernelFirst) {
   simt::ScopedOptions opt(with());
   Buffers b(2);
   ASSERT_EQ(launch_kernel(writer_kernel, 2, kThreads, Launch{nullptr, true}, WriterArgs{b.data.data()}), cudaSuccess);
@@ -174,8 +166,7 @@ TEST_P(ExecutorPdlTest, APlainLaunchCompletesTheHeldKernelFirst) {
 }
 
 // Held blocks of two grids at once, each with its own shared memory: none sees another block's.
-TEST_P(ExecutorPdlTest, HeldBlocksKeepTheirOwnSharedMemory) {
-  KDA_SKIP_UNLESS_FIBERS();
+TEST_P(FiberPdlTest, HeldBlocksKeepTheirOwnSharedMemory) {
   simt::ScopedOptions opt(with());
   std::vector<int32_t> first(4 * kThreads, kUnset), second(4 * kThreads, kUnset);
   ASSERT_EQ(launch_kernel(shared_kernel, 4, kThreads, Launch{nullptr, true}, SharedArgs{first.data(), 100}), cudaSuccess);
@@ -190,8 +181,7 @@ TEST_P(ExecutorPdlTest, HeldBlocksKeepTheirOwnSharedMemory) {
 // Grids larger than the executor holds: the writer's blocks past the first kFit run to their end at once;
 // the reader's first kFit blocks read above their wait before the writer went on, the later ones after
 // it completed; every block reads the written data below its wait.
-TEST_P(ExecutorPdlTest, TheDeviceFillsUp) {
-  KDA_SKIP_UNLESS_FIBERS();
+TEST_P(FiberPdlTest, TheDeviceFillsUp) {
   simt::ScopedOptions opt(with(Schedule::ascending));  // the first kFit blocks of each grid are held
   constexpr int kFit = simt::kMaxHeldLanes / kThreads, kBlocks = kFit + 5;
   Buffers b(kBlocks);
@@ -213,8 +203,7 @@ TEST_P(ExecutorPdlTest, TheDeviceFillsUp) {
   EXPECT_EQ(before, kFit) << "blocks held above their wait";
 }
 
-TEST_P(ExecutorPdlTest, AHeldKernelsFailureSurfacesWhereItIsCompleted) {
-  KDA_SKIP_UNLESS_FIBERS();
+TEST_P(FiberPdlTest, AHeldKernelsFailureSurfacesWhereItIsCompleted) {
   simt::ScopedOptions opt(with());
   std::vector<int32_t> out(kThreads, 0);
   const uint64_t failed = simt::failed_launches();
@@ -244,8 +233,11 @@ TEST_P(ExecutorPdlTest, TriggerBeforeTheWaitFailsWithItsCallSite) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Lanes, ExecutorPdlTest, ::testing::Values(Lanes::fibers, Lanes::threads),
-                         [](const ::testing::TestParamInfo<Lanes>& p) { return std::string(simt::to_string(p.param)); });
+std::string lanes_name(const ::testing::TestParamInfo<Lanes>& p) { return simt::to_string(p.param); }
+INSTANTIATE_TEST_SUITE_P(Lanes, ExecutorPdlTest, ::testing::ValuesIn(simt::built_lanes()), lanes_name);
+INSTANTIATE_TEST_SUITE_P(Lanes, FiberPdlTest, ::testing::ValuesIn(simt::built_fibers()), lanes_name);
+INSTANTIATE_TEST_SUITE_P(Lanes, ThreadPdlTest, ::testing::Values(Lanes::threads), lanes_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FiberPdlTest);  // a build without fibers
 
 }  // namespace
 }  // namespace kdagraph::test
