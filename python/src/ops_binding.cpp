@@ -412,6 +412,16 @@ Array int_array(nb::handle obj, const char* name, int64_t length, const PyStorag
   return a;
 }
 
+// A round's input or output array of the io dtype, with `shape` (-1: any), in the storage's place.
+Array io_array(nb::handle obj, const char* name, std::initializer_list<int64_t> shape, const PySpec& spec,
+               const PyStorage& st) {
+  Array a = take(obj, name);
+  require_elem(a, {io_elem(spec.spec)});
+  require_shape(a, shape);
+  require_same_place(a, st.pool.arrays[0]);
+  return a;
+}
+
 void require_backend_match(const PyStorage& st, const PyIndices& idx) {
   require_same_place(idx.storage, st.pool.arrays[0]);
 }
@@ -569,13 +579,8 @@ void bind_ops(nb::module_& m) {
         require_backend_match(st, idx);
         const ModelShape& md = spec.spec.model;
         const int64_t T = spec.spec.tokens;
-        const Elem io = elem_of(spec.spec.io_dtype);
         auto input = [&](nb::handle obj, const char* name, std::initializer_list<int64_t> shape) {
-          Array a = take(obj, name);
-          require_elem(a, {io});
-          require_shape(a, shape);
-          require_same_place(a, st.pool.arrays[0]);
-          return a;
+          return io_array(obj, name, shape, spec, st);
         };
         const Array q = input(q_, "q", {-1, T, md.heads, md.head_k}), k = input(k_, "k", {q.dim(0), T, md.heads, md.head_k});
         const Array v = input(v_, "v", {q.dim(0), T, md.value_heads, md.head_v});
@@ -605,11 +610,7 @@ void bind_ops(nb::module_& m) {
         const int64_t T = spec.spec.tokens;
         const ConvArrays c = take_conv(spec, st, rows, x_, weight_, bias_);
         auto output = [&](nb::handle obj, const char* name, std::initializer_list<int64_t> shape) {
-          Array a = take(obj, name);
-          require_elem(a, {io_elem(spec.spec)});
-          require_shape(a, shape);
-          require_same_place(a, st.pool.arrays[0]);
-          return a;
+          return io_array(obj, name, shape, spec, st);
         };
         const Array q = output(q_, "q", {c.x.dim(0), T, md.heads, md.head_k});
         const Array k = output(k_, "k", {c.x.dim(0), T, md.heads, md.head_k});
@@ -635,11 +636,7 @@ void bind_ops(nb::module_& m) {
         const int64_t T = spec.spec.tokens;
         const ConvArrays c = take_conv(spec, st, rows, x_, weight_, bias_);
         auto input = [&](nb::handle obj, const char* name, std::initializer_list<int64_t> shape) {
-          Array a = take(obj, name);
-          require_elem(a, {io_elem(spec.spec)});
-          require_shape(a, shape);
-          require_same_place(a, st.pool.arrays[0]);
-          return a;
+          return io_array(obj, name, shape, spec, st);
         };
         const Array g = input(g_, "g", {c.x.dim(0), T, md.value_heads, md.head_k});
         const Array beta = input(beta_, "beta", {c.x.dim(0), T, md.value_heads});
