@@ -30,7 +30,7 @@ StateView state_view_table(void* const* layer_table, DType dtype, int32_t layers
 int64_t round_index_elems(int32_t rows, int32_t tokens) {
   require_in_range("round_index_elems", "rows", rows, 0, INT32_MAX);
   require_in_range("round_index_elems", "tokens", tokens, 1, 1024);
-  return int64_t(rows) * (8 + tokens);
+  return int64_t(rows) * (8 + 2 * int64_t(tokens));
 }
 
 RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens) {
@@ -48,6 +48,7 @@ RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens) {
   idx.cache_to = storage + 6 * n;
   idx.row_parity = storage + 7 * n;
   idx.write_row = storage + 8 * n;
+  idx.parent = storage + (8 + int64_t(tokens)) * n;
   return idx;
 }
 
@@ -191,6 +192,7 @@ IndexBuildParams index_params(const RoundSpec& spec, const SlotStorage& storage,
   p.rows = batch.rows;
   p.policy = mode_policy(spec.mode);
   if (needs_round_parity(spec)) p.round_parity = storage.round_parity;
+  if (spec.trees) p.parent = batch.parent;
   p.errors = storage.errors;
   return p;
 }
@@ -211,6 +213,7 @@ VerifyParams round_verify_params(const RoundSpec& spec, const SlotStorage& stora
   p.seed_pool = idx.seed_pool;
   p.seed_scratch = idx.seed_scratch;
   p.write_row = idx.write_row;
+  if (spec.trees) p.parent = idx.parent;
   if (mode_policy(spec.mode).token_cache) {
     p.replay_count = idx.seed_accept;
     p.replay_from = idx.replay_from;
@@ -249,6 +252,9 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
   const char* where = "ops::build_indices";
   validate_round(where, s, spec, storage, idx, batch.rows);
   detail::validate_batch_view(where, batch);
+  require(spec.trees || batch.parent == nullptr, where, "batch.parent",
+          "is set but spec.trees is not: set trees to verify token trees (SPEC §12)");
+  if (batch.parent != nullptr) detail::require_buffer(where, "batch.parent", batch.parent, alignof(int32_t));
   nvtx::Scoped range(nvtx::Range::index_build, batch.rows);
   IndexBuildParams p = index_params(spec, storage, batch);
   p.out = idx;
@@ -307,6 +313,9 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
     detail::require_buffer(where, "idx.seed_token", idx.seed_token, alignof(int32_t));
   }
   detail::require_buffer(where, "idx.write_row", idx.write_row, alignof(int32_t));
+  require(spec.trees || idx.parent == nullptr, where, "idx.parent",
+          "is set but spec.trees is not: set trees to verify token trees (SPEC §12)");
+  if (idx.parent != nullptr) detail::require_buffer(where, "idx.parent", idx.parent, alignof(int32_t));
   detail::validate_layer_inputs(where, in, spec);
   if (errors != nullptr) detail::require_buffer(where, "errors", errors, alignof(DeviceErrorWord));
   nvtx::Scoped range(nvtx::Range::layer, layer);
@@ -326,6 +335,7 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
   p.seed_pool = idx.seed_row;
   p.seed_token = idx.seed_token;
   p.write_row = idx.write_row;
+  p.parent = idx.parent;
   p.q = in.q;
   p.k = in.k;
   p.v = in.v;
@@ -421,11 +431,11 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   detail::enqueue<ConvOp>(s, p, /*pdl=*/false);
 }
 
-void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
-            int32_t rows, const int32_t* accepted) {
-  const char* where = "ops::accept";
-  validate_round(where, s, spec, storage, idx, rows);
-  detail::require_buffer(where, "accepted", accepted, alignof(int32_t));
+namespace {
+
+// The accept of `rows` rows, from lengths or (a tree) from paths, as ops::accept and ops::accept_path.
+void enqueue_accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                    int32_t rows, const int32_t* accepted, const int32_t* accept_index) {
   nvtx::Scoped range(nvtx::Range::accept, rows);
   AcceptParams p;
   p.rows = rows;
@@ -433,6 +443,8 @@ void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
   p.sets_slot = mode_policy(spec.mode).accept_sets_slot;
   p.row_slot = idx.row_slot;
   p.accepted = accepted;
+  p.accept_index = accept_index;
+  p.parent = accept_index != nullptr ? idx.parent : nullptr;
   p.accept_len = storage.accept_len;
   p.row_accept = idx.row_accept;
   if (needs_round_parity(spec)) {
@@ -441,6 +453,25 @@ void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
   }
   p.errors = storage.errors;
   detail::enqueue<AcceptOp>(s, p, spec.pdl);
+}
+
+}  // namespace
+
+void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+            int32_t rows, const int32_t* accepted) {
+  const char* where = "ops::accept";
+  validate_round(where, s, spec, storage, idx, rows);
+  detail::require_buffer(where, "accepted", accepted, alignof(int32_t));
+  enqueue_accept(s, spec, storage, idx, rows, accepted, nullptr);
+}
+
+void accept_path(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                 int32_t rows, const int32_t* accept_index) {
+  const char* where = "ops::accept_path";
+  validate_round(where, s, spec, storage, idx, rows);
+  require(spec.trees, where, "spec.trees", "is not set: a round of chains accepts lengths (ops::accept)");
+  detail::require_buffer(where, "accept_index", accept_index, alignof(int32_t));
+  enqueue_accept(s, spec, storage, idx, rows, nullptr, accept_index);
 }
 
 void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,

@@ -76,6 +76,11 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   require(is_dtype(spec.io_dtype), where, "io_dtype", "is not f32 or bf16");
   require(is_mode(spec.mode), where, "mode", [&] { return "= " + std::to_string(int(spec.mode)) + " is not a Mode"; });
   validate_conv_shape(where, spec.conv, m);
+  if (spec.trees) {  // SPEC §12: what is built for token trees so far
+    require(spec.mode != Mode::replay, where, "trees", "is set in replay mode: token trees run in fused-accept and "
+                                                      "two-phase modes (replay's kept path is not built yet)");
+    require(spec.conv.width == 0, where, "trees", "is set with a short conv: token trees run without one for now");
+  }
   if (spec.options.gate == GateMode::lower_bound)
     require(spec.options.gate_lower_bound < 0.0f, where, "options.gate_lower_bound",
             [&] { return "= " + std::to_string(spec.options.gate_lower_bound) + " must be negative"; });
@@ -87,6 +92,11 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
         return "= " + std::to_string(m.head_k) + " with head_v = " + std::to_string(m.head_v) +
                " is not supported by the CUDA verify (supported: K = V = 64 or 128)";
       });
+      if (spec.trees)
+        require(spec.tokens <= kMaxCudaTreeTokens, where, "tokens", [&] {
+          return "= " + std::to_string(spec.tokens) + " with trees: the CUDA verify keeps a tree's branch states for at "
+                 "most " + std::to_string(kMaxCudaTreeTokens) + " tokens";
+        });
 #else
       require(false, where, "backend", "= cuda, but kdagraph was built without CUDA");
 #endif
@@ -221,6 +231,7 @@ void validate_indices(const char* where, const RoundSpec& spec, const RoundIndic
       {"idx.seed_accept", idx.seed_accept}, {"idx.write_row", idx.write_row}, {"idx.row_accept", idx.row_accept},
       {"idx.replay_from", idx.replay_from}, {"idx.cache_to", idx.cache_to},   {"idx.row_parity", idx.row_parity}};
   for (const auto& [name, array] : arrays) require_buffer(where, name, array, alignof(int32_t));
+  if (spec.trees) require_buffer(where, "idx.parent", idx.parent, alignof(int32_t));
 }
 
 void validate_batch_view(const char* where, const BatchView& batch) {

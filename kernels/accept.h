@@ -1,7 +1,8 @@
 // SPEC §3: accepting a round. The sampler's accept lengths arrive in device memory, one per batch row.
 //   fused-accept: accept_len[row_slot[n]] = a      two-phase: row_accept[n] = a (commit reads it)
 // (which of the two: ModePolicy::accept_sets_slot)
-// A length outside [1, T] is clamped into it and recorded in the device error word.
+// A length outside [1, T] is clamped into it and recorded in the device error word. A token tree's
+// accepted path (SPEC §12) gives the length instead: its last node + 1 (kernels/tree.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "kdagraph/error.hpp"
 #include "kdagraph/types.hpp"
 #include "kernels/device_error.h"
+#include "kernels/tree.h"
 
 namespace kdagraph {
 
@@ -18,7 +20,9 @@ struct AcceptParams {
   int32_t tokens = 0;                // T
   bool sets_slot = true;             // ModePolicy::accept_sets_slot
   const int32_t* row_slot = nullptr; // [N] from RoundIndices, -1 padded
-  const int32_t* accepted = nullptr; // [N] the sampler's accept lengths
+  const int32_t* accepted = nullptr; // [N] the sampler's accept lengths, or
+  const int32_t* accept_index = nullptr;  // [N, T] its accepted paths (SPEC §12), with
+  const int32_t* parent = nullptr;        // [N, T] the round's checked tree (RoundIndices::parent)
   int32_t* accept_len = nullptr;     // [P] fused-accept
   int32_t* row_accept = nullptr;     // [N] two-phase
   // Where the round keeps a parity (replay's token cache, the conv state's halves): the round wrote the
@@ -34,7 +38,10 @@ KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
     if (!p.sets_slot) p.row_accept[n] = 0;
     return;
   }
-  const int32_t a = checked_accept(p.accepted[n], 1, p.tokens, n, p.errors, true);
+  const int32_t a = p.accept_index != nullptr
+                        ? checked_path(p.accept_index + int64_t(n) * p.tokens, p.parent + int64_t(n) * p.tokens,
+                                       p.tokens, n, p.errors, true).last + 1
+                        : checked_accept(p.accepted[n], 1, p.tokens, n, p.errors, true);
   if (p.sets_slot) p.accept_len[slot] = a;
   else p.row_accept[n] = a;
   if (p.round_parity != nullptr && p.row_parity[n] >= 0) p.round_parity[slot] = 1 - (p.row_parity[n] & 1);

@@ -16,6 +16,7 @@
 #include "kernels/device_error.h"
 #include "kernels/kda_math.h"
 #include "kernels/layout.h"
+#include "kernels/tree.h"
 
 namespace kdagraph {
 
@@ -33,6 +34,8 @@ struct IndexBuildParams {
   ModePolicy policy = mode_policy(Mode::fused_accept);
   // [P] where the round keeps a parity (needs_round_parity), else null: gathered into row_parity.
   const int32_t* round_parity = nullptr;
+  // [N, T] the batch's token tree (SPEC §12), or null: out.parent, where present, gets chains.
+  const int32_t* parent = nullptr;
   DeviceErrorWord* errors = nullptr;
   RoundIndices out;  // replay_from, cache_to and row_parity are written when present
 };
@@ -98,6 +101,11 @@ struct BuildIndices {
     int32_t* write_row = p.out.write_row + int64_t(n) * p.tokens;
     for (int32_t t = 0; t < p.tokens; ++t)
       write_row[t] = i.slot >= 0 && p.policy.per_token_scratch ? scratch_row(i.slot, t, p.scratch_steps) : -1;
+    if (p.out.parent != nullptr) {  // the tree, checked once for every layer (a padded row's is never read)
+      const int32_t* parent = i.slot >= 0 && p.parent != nullptr ? p.parent + int64_t(n) * p.tokens : nullptr;
+      for (int32_t t = 0; t < p.tokens; ++t)
+        p.out.parent[int64_t(n) * p.tokens + t] = checked_parent(parent, t, n, p.errors, true);
+    }
     if (p.out.row_parity != nullptr) p.out.row_parity[n] = i.parity;
     if (p.out.replay_from != nullptr) p.out.replay_from[n] = i.replay_from;
     if (p.out.cache_to != nullptr) p.out.cache_to[n] = i.cache_to;

@@ -74,6 +74,8 @@ const char* to_string(DeviceErrorCode c) {
     case DeviceErrorCode::slot_repeated: return "slot_repeated";
     case DeviceErrorCode::accept_out_of_range: return "accept_out_of_range";
     case DeviceErrorCode::layer_base_invalid: return "layer_base_invalid";
+    case DeviceErrorCode::parent_out_of_range: return "parent_out_of_range";
+    case DeviceErrorCode::path_invalid: return "path_invalid";
   }
   return "?";
 }

@@ -57,8 +57,54 @@ __device__ __forceinline__ void convolve_and_store(const VerifyParams& p, const 
   store_conv_history<K, kTileV, kThreads, IoT>(p, b, cr, ch, cs);
 }
 
-// kConv: the short conv fused in (VerifyParams::conv).
-template <int K, int kRows, bool kConv, class IoT, class StateT>
+// [TAG_TREE] SPEC §12: a token tree's branch states (VerifyParams::parent). A lane keeps its slice of the
+// current state in registers as for a chain; where a later token branches from a state other than the
+// one before it (tree_branch_points), that state's slice is kept aside, and the token starts from it.
+// Kept in fp32 in the thread's own local memory, not reloaded from the post-state's scratch row: that
+// row holds the state dtype (bf16 rounds it), replay has no scratch, and each token must continue from
+// its parent's state exactly as a chain of its path would (a path of the tree is bitwise that chain, in
+// every mode). Only this thread writes and reads its slice, so no barrier is needed. At most
+// kMaxCudaTreeTokens new tokens (kept: 17 states of kRows x 4 floats, 1088 bytes a thread at K = 128).
+template <int kRows, bool kTree>
+struct TreeBranches {  // a chain: nothing kept, nothing reloaded
+  __device__ void set(const VerifyParams&, int32_t, bool) {}
+  __device__ void keep(int32_t, const float (&)[kRows][kSlice]) {}
+  __device__ void enter(int32_t, float (&)[kRows][kSlice]) const {}
+};
+
+template <int kRows>
+struct TreeBranches<kRows, true> {
+  const int32_t* parent = nullptr;  // the row's [T]
+  uint32_t points = 0;              // tree_branch_points: bit j kept (j = new token + 1, 0: their seed)
+  float kept[kMaxCudaTreeTokens + 1][kRows][kSlice];
+
+  __device__ void set(const VerifyParams& p, int32_t n, bool report) {
+    parent = p.parent + int64_t(n) * p.tokens;
+    points = tree_branch_points(parent, p.tokens);
+    if (report)
+      for (int32_t t = 0; t < p.tokens; ++t) checked_parent(parent, t, n, p.errors, true);
+  }
+  // After the state the new tokens start from (j = 0), or new token j - 1's update.
+  __device__ void keep(int32_t j, const float (&s)[kRows][kSlice]) {
+    if ((points >> j & 1u) == 0) return;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kSlice; ++c) kept[j][r][c] = s[r][c];
+  }
+  // Before new token t's update (t >= 1): its parent's state, where that is not the state in hand.
+  __device__ void enter(int32_t t, float (&s)[kRows][kSlice]) const {
+    const int32_t pt = checked_parent(parent, t, 0, nullptr, false);
+    if (pt == t - 1) return;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kSlice; ++c) s[r][c] = kept[pt + 1][r][c];
+  }
+};
+
+// kConv: the short conv fused in (VerifyParams::conv). kTree: the new tokens form a tree (VerifyParams::parent).
+template <int K, int kRows, bool kConv, bool kTree, class IoT, class StateT>
 __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, kRows>::kMinBlocksPerSm)
     verify_kernel(const VerifyParams p) {
   using Tile = VerifyTile<K, kRows>;
@@ -132,6 +178,8 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, 
       static_cast<IoT*>(p.o)[o_tile + e / Tile::kTileV * o_stride + e % Tile::kTileV] = math::from_f32<IoT>(0.0f);
     return;
   }
+  TreeBranches<kRows, kTree> tree;
+  tree.set(p, b.n, report);
   b.cache_from = b.r.replay > 0 ? state_row(bases.cache, p.token_cache, b.r.replay_from) : nullptr;
   b.cache_to = b.r.cache_to >= 0 ? state_row(bases.cache, p.token_cache, b.r.cache_to) : nullptr;
   // Loads the index arrays do not confirm are made again.
@@ -173,6 +221,8 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, 
     preprocess_tokens<K, Tile::kTileV, Tile::kThreads, IoT>(p, b, ch, st);
     __syncthreads();
 
+    if (u0 == 0 && b.r.replay == 0) tree.keep(0, s);  // the new tokens' seed
+    else if (u0 > b.r.replay) tree.enter(u0 - b.r.replay, s);
     // Token u's output sum and token u + 1's projection sum both read S_u: one butterfly for both.
     float proj[kRows];
     {
@@ -200,6 +250,7 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, 
 #pragma unroll
             for (int c = 0; c < kSlice; ++c) s[r][c] = stored_value<StateT>(s[r][c]);
           }
+          tree.keep(0, s);  // the new tokens' seed
         }
       } else if (st.write_row[tt] >= 0) {
         StateT* post = reinterpret_cast<StateT*>(state_row(bases.scratch, p.scratch, st.write_row[tt])) + slice_offset;
@@ -211,7 +262,9 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, 
         float q[kSlice];
         load4(&st.q[tt][i0], q);
         output_partial<kRows>(s, q, out);
+        tree.keep(u - b.r.replay + 1, s);
       }
+      if (has_next && u + 1 > b.r.replay) tree.enter(u + 1 - b.r.replay, s);
       if (has_next) decay_and_project<kRows>(s, a_next, k_next, proj);
       if (has_out && has_next) group_sums_pair<Tile::kGroupLanes>(out, proj);
       else if (has_out) group_sums<Tile::kGroupLanes>(out);
@@ -225,6 +278,36 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, 
   }
 }
 
+}  // namespace
+
+namespace verify_detail {
+// The verify of a token tree (TAG_TREE), compiled in kernels/verify_tree.cu: its branch states are in
+// local memory by design, which this file's ptxas check refuses (kernels/CMakeLists.txt).
+template <int K, class IoT, class StateT>
+cudaError_t launch_tree_tiles(const VerifyParams& p, unsigned blocks, Launch on);
+}  // namespace verify_detail
+
+#if defined(KDAGRAPH_VERIFY_TREE_UNIT)
+namespace verify_detail {
+template <int K, class IoT, class StateT>
+cudaError_t launch_tree_tiles(const VerifyParams& p, unsigned blocks, Launch on) {
+  constexpr int kRows = VerifyConfig<K>::kRows;
+  return launch_kernel(verify_kernel<K, kRows, false, true, IoT, StateT>, blocks, VerifyTile<K, kRows>::kThreads, on,
+                       p);
+}
+template cudaError_t launch_tree_tiles<128, float, float>(const VerifyParams&, unsigned, Launch);
+template cudaError_t launch_tree_tiles<128, float, bf16>(const VerifyParams&, unsigned, Launch);
+template cudaError_t launch_tree_tiles<128, bf16, float>(const VerifyParams&, unsigned, Launch);
+template cudaError_t launch_tree_tiles<128, bf16, bf16>(const VerifyParams&, unsigned, Launch);
+template cudaError_t launch_tree_tiles<64, float, float>(const VerifyParams&, unsigned, Launch);
+template cudaError_t launch_tree_tiles<64, float, bf16>(const VerifyParams&, unsigned, Launch);
+template cudaError_t launch_tree_tiles<64, bf16, float>(const VerifyParams&, unsigned, Launch);
+template cudaError_t launch_tree_tiles<64, bf16, bf16>(const VerifyParams&, unsigned, Launch);
+}  // namespace verify_detail
+}  // namespace kdagraph
+#else
+namespace {
+
 template <int K, class IoT, class StateT>
 cudaError_t launch_tiles(const VerifyParams& p, Launch on) {
   using Tile = VerifyTile<K, VerifyConfig<K>::kRows>;
@@ -234,9 +317,10 @@ cudaError_t launch_tiles(const VerifyParams& p, Launch on) {
            std::to_string(blocks) + " blocks, more than a grid holds";
   });
   constexpr int kRows = VerifyConfig<K>::kRows;
+  if (p.parent != nullptr) return launch_tree_tiles<K, IoT, StateT>(p, unsigned(blocks), on);
   if (p.conv.width > 0)
-    return launch_kernel(verify_kernel<K, kRows, true, IoT, StateT>, unsigned(blocks), Tile::kThreads, on, p);
-  return launch_kernel(verify_kernel<K, kRows, false, IoT, StateT>, unsigned(blocks), Tile::kThreads, on, p);
+    return launch_kernel(verify_kernel<K, kRows, true, false, IoT, StateT>, unsigned(blocks), Tile::kThreads, on, p);
+  return launch_kernel(verify_kernel<K, kRows, false, false, IoT, StateT>, unsigned(blocks), Tile::kThreads, on, p);
 }
 
 // The fused conv's parameters (VerifyParams::conv): the conv of the verify's own rows, tokens and layer,
@@ -300,6 +384,12 @@ cudaError_t launch_verify(const VerifyParams& p, Launch on) {
   // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words from
   // 16-byte aligned rows, the gate parameters as 4-byte cp.async; cache rows like input rows.
   if (p.conv.width > 0) require_fusable_conv(where, p);
+  if (p.parent != nullptr) {  // TAG_TREE
+    require(p.conv.width == 0, where, "parent", "is set with the short conv fused in: the fused verify of a token tree is "
+                                                "not built yet (run conv_layer, then verify_layer)");
+    require_in_range(where, "tokens", p.tokens, 1, kMaxCudaTreeTokens);
+    detail::require_buffer(where, "parent", p.parent, alignof(int32_t));
+  }
   if (p.tokens > 0) {
     if (p.conv.width == 0) {  // fused, the conv makes them
       detail::require_buffer(where, "q", p.q, 16);
@@ -335,3 +425,4 @@ cudaError_t launch_verify(const VerifyParams& p, Launch on) {
 }
 
 }  // namespace kdagraph
+#endif  // KDAGRAPH_VERIFY_TREE_UNIT

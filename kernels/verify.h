@@ -21,6 +21,7 @@
 #include "kernels/device_error.h"
 #include "kernels/indices.h"
 #include "kernels/layout.h"
+#include "kernels/tree.h"
 
 namespace kdagraph {
 
@@ -58,6 +59,11 @@ struct VerifyParams {
   // clamped and recorded. seed_pool and seed_scratch are then not read.
   const int32_t* seed_token = nullptr;
   DeviceErrorWord* errors = nullptr;      // what the device finds invalid is recorded here
+  // SPEC §12, optional [N, T]: the new tokens of row n form a tree, token t updating the post-state of
+  // token parent[n][t] (-1: the seed, after any replay) instead of token t - 1's; a parent outside
+  // [-1, t) is read as t - 1 and recorded (kernels/tree.h). Null: the chain. A chain given as a tree
+  // runs exactly as the chain: a state is kept aside only where a later token branches from it.
+  const int32_t* parent = nullptr;
 
   // Replay mode [TAG_TOKEN_CACHE]: row n replays replay_count[n] tokens from token_cache row
   // replay_from[n], then stores its new tokens at row cache_to[n]. Null arrays: no replay.

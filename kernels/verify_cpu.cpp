@@ -59,21 +59,28 @@ struct UnitGrid {
 // A thread's working buffers for one unit, carved from its cpu_thread_scratch: the key-side vectors of
 // the unit's U tokens and one group of state rows, kp = padded_lanes(K) floats each (zeros beyond K),
 // the scratch row of each new token's post-state, and with the conv fused its outputs for the new tokens
-// (conv_head's q [T][K], k [T][K], v [T][V], in the io dtype).
+// (conv_head's q [T][K], k [T][K], v [T][V], in the io dtype). With a token tree (SPEC §12), also the
+// checked parent of each new token and the state of a row group before the first new token and after
+// each one, in fp32: a token whose parent is not the token before it starts from its parent's.
 struct UnitScratch {
   int64_t kp;
   float *q, *k, *a, *beta, *rows;
   void* conv;
   int32_t* write_row;
+  float* kept = nullptr;     // [T + 1][kRowGroup][kp] with a tree
+  int32_t* parent = nullptr; // [T] with a tree
 
   static int64_t conv_floats(const VerifyParams& p) {
     return p.conv.width > 0 ? padded_lanes(int32_t(int64_t(p.tokens) * (2 * p.head_k + p.head_v))) : 0;
   }
+  static int64_t kept_floats(const VerifyParams& p) {
+    return p.parent != nullptr ? (int64_t(p.tokens) + 1) * kRowGroup * padded_lanes(p.head_k) : 0;
+  }
   static size_t bytes(const VerifyParams& p) {
     const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
-    const int64_t floats =
-        (3 * tokens + kRowGroup) * padded_lanes(p.head_k) + padded_lanes(int32_t(tokens)) + conv_floats(p);
-    return size_t(floats) * sizeof(float) + size_t(p.tokens) * sizeof(int32_t);
+    const int64_t floats = (3 * tokens + kRowGroup) * padded_lanes(p.head_k) + padded_lanes(int32_t(tokens)) +
+                           conv_floats(p) + kept_floats(p);
+    return size_t(floats) * sizeof(float) + size_t(p.tokens) * sizeof(int32_t) * (p.parent != nullptr ? 2 : 1);
   }
   UnitScratch(void* base, const VerifyParams& p) : kp(padded_lanes(p.head_k)) {
     const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
@@ -84,7 +91,10 @@ struct UnitScratch {
     beta = a + tokens * kp;
     float* conv_base = beta + padded_lanes(int32_t(tokens));
     conv = conv_base;
-    write_row = reinterpret_cast<int32_t*>(conv_base + conv_floats(p));
+    float* kept_base = conv_base + conv_floats(p);
+    if (p.parent != nullptr) kept = kept_base;
+    write_row = reinterpret_cast<int32_t*>(kept_base + kept_floats(p));
+    if (p.parent != nullptr) parent = write_row + p.tokens;
   }
 };
 
@@ -236,7 +246,14 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
   const int64_t head_elems = int64_t(K) * p.head_v;
   IoT* o = static_cast<IoT*>(p.o);
   load_rows(w.rows, w.kp, u.seed + int64_t(j) * K, K, R);
+  const int64_t group_floats = R * w.kp;
+  auto kept = [&](int32_t i) { return w.kept + i * kRowGroup * w.kp; };  // i = new token + 1, 0: its seed
   for (int32_t t = 0; t < u.count; ++t) {
+    if (w.parent != nullptr && t >= replay) {  // a tree: keep the seed of the new tokens, or branch
+      const int32_t parent = w.parent[t - replay];
+      if (t == replay) std::memcpy(kept(0), w.rows, size_t(group_floats) * sizeof(float));
+      else if (parent != t - replay - 1) std::memcpy(w.rows, kept(parent + 1), size_t(group_floats) * sizeof(float));
+    }
     const TokenSource src = u.tokens.source(t);
     float v[R], out[R];
     for (int r = 0; r < R; ++r) v[r] = io_value<IoT>(src.v, src.v_off + j + r);
@@ -250,6 +267,7 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
       continue;
     }
     for (int r = 0; r < R; ++r) o[src.o_off + j + r] = math::from_f32<IoT>(out[r]);
+    if (w.parent != nullptr) std::memcpy(kept(t - replay + 1), w.rows, size_t(group_floats) * sizeof(float));
     const int32_t write_row = w.write_row[t - replay];
     if (write_row < 0) continue;
     StateT* post = reinterpret_cast<StateT*>(state_row(u.scratch, p.scratch, write_row)) + u.tokens.h * head_elems;
@@ -322,6 +340,8 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
     w.beta[t] = math::beta_value(p.options, io_value<IoT>(src.beta, src.beta_off));
   }
   for (int32_t t = 0; t < T; ++t) w.write_row[t] = post_state_row(p, n, t, reports);
+  if (w.parent != nullptr)
+    for (int32_t t = 0; t < T; ++t) w.parent[t] = checked_parent(p.parent + int64_t(n) * T, t, n, p.errors, reports);
 
   int32_t j = unit.first_v;
   for (; j + kRowGroup <= unit.end_v; j += kRowGroup) verify_rows<kRowGroup, IoT, StateT>(p, rows, w, j, streaming);

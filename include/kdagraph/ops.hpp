@@ -104,7 +104,15 @@ struct RoundSpec {
   // Programmatic dependent launch of the round's kernels (see the top of this file); false launches each
   // only after the previous one has finished (for A/B runs). Ignored where the device has no PDL.
   bool pdl = true;
+  // SPEC §12: the round's tokens of a row may form a tree (BatchView::parent), and the sampler accepts a
+  // root-to-node path (ops::accept_path). Off: every round is a chain, and a batch's parent is refused.
+  // With a tree, the verify keeps the states later tokens branch from aside (in fp32), so at most
+  // kMaxCudaTreeTokens tokens on CUDA. Fused-accept and two-phase; not yet with a conv or in replay.
+  bool trees = false;
 };
+
+// SPEC §12: the most tokens of a round of token trees on the CUDA backend (RoundSpec::trees).
+inline constexpr int32_t kMaxCudaTreeTokens = 16;
 
 // One layer's inputs for a batch of rows, in backend memory, row-major with the last dim contiguous, in
 // the io dtype. q, k, v, g and o are 16-byte aligned.
@@ -124,6 +132,10 @@ struct BatchView {
   const int32_t* slots = nullptr;   // [rows] slot of each row; -1 marks a padded row
   const int32_t* n_real = nullptr;  // [1] rows >= n_real are padding whatever `slots` holds
   int32_t rows = 0;                 // N: the bucket the round runs at
+  // SPEC §12, with RoundSpec::trees: [rows, T] the parent of each token of each row, parent[n][0] = -1
+  // and parent[n][t] in [-1, t) (-1: a child of the seed). Null: chains. The index build copies it into
+  // RoundIndices::parent, reading as t - 1 (and recording) a parent outside that range.
+  const int32_t* parent = nullptr;
 };
 
 // The per-row indices of one round (SPEC §4), built on the device once per forward and shared by every
@@ -141,6 +153,7 @@ struct RoundIndices {
   int32_t* cache_to = nullptr;      // [N] replay: the token cache row this round's tokens go to, else -1
   int32_t* row_parity = nullptr;    // [N] round_parity[slot] where the spec needs it, else -1; the accept
                                     // step sets the slot's parity to 1 - row_parity[n]
+  int32_t* parent = nullptr;        // [N, T] the checked token tree (SPEC §12): chains when the round has none
 };
 
 // Whether a round keeps SlotStorage::round_parity: replay (its token cache), and the offset-window modes
@@ -220,6 +233,8 @@ struct IndexedRows {
   // false: a frozen verify (FlashInfer's disable_state_update): the same seeds and outputs, no state row
   // written. write_row is then read only to find a seed_token's row.
   bool write_states = true;
+  // SPEC §12, optional: [rows, T] a token tree per row (as BatchView::parent), with spec.trees. Null: chains.
+  const int32_t* parent = nullptr;
 };
 
 namespace ops {
@@ -287,6 +302,15 @@ void short_conv(const Stream& s, const ShortConvCall& call);
 // it and recorded.
 void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
             int32_t rows, const int32_t* accepted);
+
+// SPEC §12, with spec.trees: accept as ops::accept does, from the sampler's accepted root-to-node paths,
+// `accept_index` [rows, T] in backend memory (SGLang's form: each row's node indices from the root, -1
+// after the path's end). The row's accept length becomes its last node + 1, so the next seed (fused
+// accept), the commit and materialize read that node's post-state row. A path that does not start at
+// token 0, or a node that is not a child (RoundIndices::parent) of the one before it, is cut there (the
+// root always stays) and recorded (path_invalid).
+void accept_path(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
+                 int32_t rows, const int32_t* accept_index);
 
 // Two-phase: copies each row's accepted post-state (scratch row slot*S + a - 1) into pool[slot], every
 // layer in one launch; with a conv, also its window a - 1 (conv_scratch row slot*S + a - 1) into

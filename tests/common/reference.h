@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "kdagraph/types.hpp"
@@ -79,6 +80,43 @@ inline std::vector<std::vector<double>> ref_verify_head(const RefOptions& o, int
     if (posts) posts->push_back(state);
   }
   return out;
+}
+
+// SPEC §12: one head's verify of a token tree in fp64: token t updates the state of token parent[t]
+// (the seed when -1) and outputs from its own post-state. `seed` is not changed; every post-state is
+// appended to `posts`.
+inline std::vector<std::vector<double>> ref_verify_tree_head(const RefOptions& o, int K, int V,
+                                                             const std::vector<double>& seed,
+                                                             const RefHeadInputs& in, const int32_t* parent,
+                                                             std::vector<std::vector<double>>& posts) {
+  const size_t T = in.beta.size(), first = posts.size();
+  std::vector<std::vector<double>> out;
+  for (size_t t = 0; t < T; ++t) {
+    std::vector<double> state = parent[t] < 0 ? seed : posts[first + size_t(parent[t])];
+    RefHeadInputs one;
+    one.q = {in.q[t]};
+    one.k = {in.k[t]};
+    one.v = {in.v[t]};
+    one.g = {in.g[t]};
+    one.beta = {in.beta[t]};
+    one.a_log = in.a_log;
+    one.dt_bias = in.dt_bias;
+    out.push_back(ref_verify_head(o, K, V, state, one, nullptr)[0]);
+    posts.push_back(state);
+  }
+  return out;
+}
+
+// A random token tree of T tokens in SPEC §12's form: parent[0] = -1, parent[t] in [-1, t), about half
+// of the tokens continuing the token before them and the rest branching from any earlier one.
+template <class Rng>
+std::vector<int32_t> random_tree(Rng& rng, int32_t T) {
+  std::vector<int32_t> parent(size_t(T), -1);
+  for (int32_t t = 1; t < T; ++t) {
+    std::uniform_int_distribution<int32_t> any(-1, t - 1);
+    parent[size_t(t)] = rng() % 2 ? t - 1 : any(rng);
+  }
+  return parent;
 }
 
 // Index of the first element where `a` and `b` differ, -1 when they are equal: bitwise comparisons of

@@ -116,6 +116,7 @@ struct VerifyCase {
   Tensor pool, scratch;                 // one layer: [P, HV, V, K] and [P * S, HV, V, K]
   std::vector<int32_t> slots, accept_len, n_real;
   std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row, row_accept;
+  std::vector<int32_t> parent;  // [N * T] a token tree per row (SPEC §12), or empty: chains
   StateGeometry geo;
 
   VerifyCase(const CaseShape& s, uint64_t seed_, std::vector<int32_t> row_slots,
@@ -208,6 +209,7 @@ struct VerifyCase {
     p.seed_pool = seed_pool.data();
     p.seed_scratch = seed_scratch.data();
     p.write_row = write_row.data();
+    p.parent = parent.empty() ? nullptr : parent.data();
     return p;
   }
 
@@ -239,7 +241,10 @@ struct VerifyCase {
     in.a_log = A_log[h];
     in.dt_bias.assign(dt_bias.begin() + size_t(h) * K, dt_bias.begin() + size_t(h + 1) * K);
     HeadRef r;
-    r.out = ref_verify_head(ref_options(sh.options), K, V, state, in, &r.posts);
+    if (!parent.empty())
+      r.out = ref_verify_tree_head(ref_options(sh.options), K, V, state, in, parent.data() + size_t(n) * T, r.posts);
+    else
+      r.out = ref_verify_head(ref_options(sh.options), K, V, state, in, &r.posts);
     return r;
   }
 };

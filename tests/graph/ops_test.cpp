@@ -52,6 +52,7 @@ TEST(Ops, RoundIndicesTileTheirStorage) {
                            idx.replay_from, idx.cache_to, idx.row_parity})
     mark(p, 5);
   mark(idx.write_row, 15);
+  mark(idx.parent, 15);
   EXPECT_EQ(owners, std::vector<int>(storage.size(), 1)) << "every element belongs to exactly one array";
 }
 

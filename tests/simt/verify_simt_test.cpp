@@ -261,5 +261,70 @@ TEST(VerifySimt, UnsupportedHeadDimsAreRefused) {
   EXPECT_EQ(simt::launches(), launches) << "a refused launch reached the executor";
 }
 
+// SPEC §12: the token-tree kernel (kernels/verify_tree.cu) against the fp64 reference and the CPU backend,
+// over random trees of up to 16 tokens (two staging chunks: a branch may start from a state kept in the
+// chunk before), both head dims and state dtypes; rows seeded from the pool and from the scratch row
+// token 0 overwrites, and a padded row.
+TEST(VerifyTreeSimt, MatchesReferenceAndCpu) {
+  int run = 0, all = 0;
+  for (int K : {64, 128})
+    for (int T : {6, 16})
+      for (DType state : {DType::f32, DType::bf16}) {
+        ++all;
+        if (threads_lanes() && !(K == 64 && T == 16 && state == DType::bf16)) continue;
+        ++run;
+        CaseShape s = sweep_shape(K, T, 2, (K + 3 * T + int(state)) % 48, 3);
+        s.state = state;
+        s.scratch_steps = 16;
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(s.str() + " seed=" + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        std::vector<int32_t> parent;
+        for (int n = 0; n < s.rows; ++n) {
+          const std::vector<int32_t> tree = random_tree(rng, T);
+          parent.insert(parent.end(), tree.begin(), tree.end());
+        }
+        std::vector<int32_t> accept(5, 0);
+        accept[3] = 1;
+        expect_simt_matches(s, seed, {1, 3, -1}, accept, parent);
+        if (HasFatalFailure()) return;
+      }
+  note_subset(run, all);
+}
+
+// A chain given as a tree runs the tree kernel, which keeps and reloads nothing: bitwise the chain kernel.
+TEST(VerifyTreeSimt, AChainGivenAsATreeIsBitwiseTheChain) {
+  for (DType state : {DType::f32, DType::bf16}) {
+    CaseShape s = sweep_shape(64, 11, 1, 21, 2);
+    s.state = state;
+    s.scratch_steps = 11;
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(s.str() + " seed=" + std::to_string(seed));
+    VerifyCase chain(s, seed, {0, 2}, {0, 0, 5, 0, 0}), tree(s, seed, {0, 2}, {0, 0, 5, 0, 0});
+    for (int n = 0; n < s.rows; ++n)
+      for (int t = 0; t < s.tokens; ++t) tree.parent.push_back(t - 1);
+    run_simt(chain, chain.params());
+    run_simt(tree, tree.params());
+    EXPECT_EQ(first_difference(tree.o.bytes, chain.o.bytes), -1);
+    EXPECT_EQ(first_difference(tree.scratch.bytes, chain.scratch.bytes), -1);
+  }
+}
+
+// More tokens than the kernel keeps branch states for are refused by name before anything runs.
+TEST(VerifyTreeSimt, TreesLargerThanTheKernelKeepsAreRefused) {
+  const uint64_t launches = simt::launches();
+  CaseShape s = sweep_shape(64, kMaxCudaTreeTokens + 1, 1, 0, 1);
+  s.scratch_steps = s.tokens;
+  VerifyCase c(s, fresh_seed(), {0}, {0, 0, 0, 0, 0});
+  for (int t = 0; t < s.tokens; ++t) c.parent.push_back(t / 2 - 1);
+  try {
+    (void)launch_verify(c.params(), nullptr);
+    ADD_FAILURE() << "T = " << s.tokens << " was launched";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "tokens");
+  }
+  EXPECT_EQ(simt::launches(), launches) << "a refused launch reached the executor";
+}
+
 }  // namespace
 }  // namespace kdagraph::test

@@ -1,0 +1,70 @@
+// SPEC §12: token trees. A round's T tokens of a row may form a tree: parent[t] in [-1, t) (-1: a child
+// of the seed), so the tokens are in topological order and a chain is parent[t] = t - 1. Token t updates
+// its parent's state and outputs from its own post-state. The sampler accepts a root-to-node path,
+// SGLang's accept_index row (node indices from the root, -1 after the end); the accept length becomes
+// the last node + 1, so every seed and commit row keeps the chain's formula, slot * S + a - 1.
+//
+// One set of functions for the index build, the verify and the accept on both backends: what the host
+// cannot see (a parent or a path in device memory) is clamped here and recorded.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/device_error.h"
+
+namespace kdagraph {
+
+// The parent of token t of a row as the kernels use it: parent[t] when it is in [-1, t), else t - 1 (the
+// chain's), recorded (parent_out_of_range) when `report`. A null `parent` is the chain.
+KDA_HD int32_t checked_parent(const int32_t* parent, int32_t t, int32_t n, DeviceErrorWord* errors, bool report) {
+  if (parent == nullptr) return t - 1;
+  const int32_t pt = parent[t];
+  if (pt >= -1 && pt < t) return pt;
+  if (report) record_device_error(errors, DeviceErrorCode::parent_out_of_range, n, pt);
+  return t - 1;
+}
+
+// The states a verify must keep past the next token (T <= 31): bit j + 1 is set when the post-state of
+// token j (bit 0: the seed) is the parent of a token other than j + 1, which must then start from it
+// again. A chain keeps none, so it runs exactly as without a tree.
+KDA_HD uint32_t tree_branch_points(const int32_t* parent, int32_t tokens) {
+  uint32_t points = 0;
+  for (int32_t t = 1; t < tokens; ++t) {
+    const int32_t pt = checked_parent(parent, t, 0, nullptr, false);
+    if (pt != t - 1) points |= 1u << (pt + 1);
+  }
+  return points;
+}
+
+// An accepted path of a row: `nodes` valid entries of accept_index, ending at token `last`.
+struct TreePath {
+  int32_t nodes = 1;
+  int32_t last = 0;
+};
+
+// Row n's accept_index [T] as the kernels use it: the path from the root (token 0) down the tree, to its
+// first -1 or its end. A path that does not start at the root, or a node that is not a child of the
+// one before it, cuts the path there (at least the root stays) and is recorded (path_invalid) when
+// `report`. `parent` is the row's checked parents (the index build's), or null: the chain.
+KDA_HD TreePath checked_path(const int32_t* path, const int32_t* parent, int32_t tokens, int32_t n,
+                             DeviceErrorWord* errors, bool report) {
+  TreePath r;
+  if (path[0] != 0) {
+    if (report) record_device_error(errors, DeviceErrorCode::path_invalid, n, path[0]);
+    return r;
+  }
+  for (int32_t i = 1; i < tokens; ++i) {
+    const int32_t node = path[i];
+    if (node == -1) break;
+    const bool child = node > r.last && node < tokens && (parent != nullptr ? parent[node] : node - 1) == r.last;
+    if (!child) {
+      if (report) record_device_error(errors, DeviceErrorCode::path_invalid, n, node);
+      break;
+    }
+    r.nodes = i + 1;
+    r.last = node;
+  }
+  return r;
+}
+
+}  // namespace kdagraph
