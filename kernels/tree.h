@@ -1,8 +1,8 @@
 // SPEC §12: token trees. A round's T tokens of a row may form a tree: parent[t] in [-1, t) (-1: a child
 // of the seed), so the tokens are in topological order and a chain is parent[t] = t - 1. Token t updates
 // its parent's state and outputs from its own post-state. The sampler accepts a root-to-node path,
-// SGLang's accept_index row (node indices from the root, -1 after the end); the accept length becomes
-// the last node + 1, so every seed and commit row keeps the chain's formula, slot * S + a - 1.
+// SGLang's accept_index row (node indices from a child of the seed down, -1 after the end; the root is
+// token 0 in SGLang's trees, any token with parent -1 here); the accept length becomes the last node + 1, so every seed and commit row keeps the chain's formula, slot * S + a - 1.
 //
 // One set of functions for the index build, the verify and the accept on both backends: what the host
 // cannot see (a parent or a path in device memory) is clamped here and recorded.
@@ -42,20 +42,19 @@ struct TreePath {
   int32_t last = 0;
 };
 
-// Row n's accept_index [T] as the kernels use it: the path from the root (token 0) down the tree, to its
-// first -1 or its end. A path that does not start at the root, or a node that is not a child of the
-// one before it, cuts the path there (at least the root stays) and is recorded (path_invalid) when
-// `report`. `parent` is the row's checked parents (the index build's), or null: the chain.
+// Row n's accept_index [T] as the kernels use it: the path from a child of the seed (a token whose
+// parent is -1) down the tree, to its first -1 or its end. A first node that is no child of the seed,
+// or a node that is not a child of the one before it, cuts the path there and is recorded
+// (path_invalid) when `report`; a path cut to nothing keeps token 0. `parent` is the row's checked
+// parents (the index build's), or null: the chain.
 KDA_HD TreePath checked_path(const int32_t* path, const int32_t* parent, int32_t tokens, int32_t n,
                              DeviceErrorWord* errors, bool report) {
   TreePath r;
-  if (path[0] != 0) {
-    if (report) record_device_error(errors, DeviceErrorCode::path_invalid, n, path[0]);
-    return r;
-  }
-  for (int32_t i = 1; i < tokens; ++i) {
+  r.nodes = 0;
+  r.last = -1;
+  for (int32_t i = 0; i < tokens; ++i) {
     const int32_t node = path[i];
-    if (node == -1) break;
+    if (node == -1 && i > 0) break;
     const bool child = node > r.last && node < tokens && (parent != nullptr ? parent[node] : node - 1) == r.last;
     if (!child) {
       if (report) record_device_error(errors, DeviceErrorCode::path_invalid, n, node);
@@ -64,6 +63,7 @@ KDA_HD TreePath checked_path(const int32_t* path, const int32_t* parent, int32_t
     r.nodes = i + 1;
     r.last = node;
   }
+  if (r.nodes == 0) r = TreePath{};  // token 0, always a child of the seed
   return r;
 }
 

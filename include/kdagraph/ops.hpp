@@ -304,11 +304,12 @@ void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
             int32_t rows, const int32_t* accepted);
 
 // SPEC §12, with spec.trees: accept as ops::accept does, from the sampler's accepted root-to-node paths,
-// `accept_index` [rows, T] in backend memory (SGLang's form: each row's node indices from the root, -1
-// after the path's end). The row's accept length becomes its last node + 1, so the next seed (fused
-// accept), the commit and materialize read that node's post-state row. A path that does not start at
-// token 0, or a node that is not a child (RoundIndices::parent) of the one before it, is cut there (the
-// root always stays) and recorded (path_invalid).
+// `accept_index` [rows, T] in backend memory (SGLang's form: each row's node indices from a child of
+// the seed, token 0 in SGLang's trees, down the tree, -1 after the path's end). The row's accept length
+// becomes its last node + 1, so the next seed (fused accept), the commit and materialize read that
+// node's post-state row. A first node whose parent is not -1, or a node that is not a child
+// (RoundIndices::parent) of the one before it, cuts the path there (a path cut to nothing keeps token
+// 0) and is recorded (path_invalid).
 void accept_path(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                  int32_t rows, const int32_t* accept_index);
 

@@ -1,0 +1,312 @@
+// SPEC §12 through the operations (graph/ops.cpp) on caller-owned buffers: rounds of token trees in
+// fused-accept and two-phase modes, each row accepting a random root-to-node path (ops::accept_path).
+// Every round is checked against the fp64 tree reference seeded from where SPEC §12 says the seed is
+// (the accepted node's scratch row, or the pool after a commit), so a seed read from the wrong row
+// fails; the accepted node's state is what commit and materialize move. Bad trees and paths from device
+// memory are clamped and recorded; host-side misuse is refused by name and changes nothing.
+// Built twice: on the CPU backend, and (tests/simt) on the CUDA kernels through the SIMT executor.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kdagraph/ops.hpp"
+#include "kernels/kda_math.h"
+#include "tests/common/reference.h"
+
+namespace kdagraph::test {
+namespace {
+
+uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
+
+float load(const std::vector<uint8_t>& bytes, DType t, int64_t i) {
+  return math::load_as_f32(bytes.data(), t, i);
+}
+
+void store(std::vector<uint8_t>& bytes, DType t, int64_t i, float x) {
+  if (t == DType::f32) std::memcpy(bytes.data() + 4 * i, &x, 4);
+  else {
+    const math::bf16 b = math::f32_to_bf16(x);
+    std::memcpy(bytes.data() + 2 * i, &b, 2);
+  }
+}
+
+// A round's worth of caller-owned buffers in host memory (the CPU backend's), L = 2, one slot per row.
+struct TreeRounds {
+  static constexpr int32_t L = 2, H = 1, HV = 2, K = 64, V = 64, P = 3, S = 8, N = 3, T = 7;
+  RoundSpec spec;
+  DType state;
+  std::mt19937_64 rng;
+  std::vector<uint8_t> pool, scratch;
+  std::vector<int32_t> accept_len = std::vector<int32_t>(P, 0);
+  std::vector<int32_t> index_storage = std::vector<int32_t>(size_t(round_index_elems(N, T)), 0);
+  std::vector<int32_t> slots{2, 0, -1}, n_real{2}, parent, accept_index;
+  DeviceErrorWord errors;
+  SlotStorage storage;
+  RoundIndices idx;
+  BatchView batch;
+  std::vector<std::vector<float>> q, k, v, g, beta, o;  // per layer
+  const Stream s{Backend::cpu, nullptr};
+
+  static int64_t state_elems() { return int64_t(HV) * V * K; }
+
+  TreeRounds(Mode mode, DType state_dtype, uint64_t seed) : state(state_dtype), rng(seed) {
+    spec.model = ModelShape{L, H, HV, K, V};
+    spec.tokens = T;
+    spec.mode = mode;
+    spec.trees = true;
+    spec.options.l2norm_qk = true;
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    const size_t es = dtype_size(state);
+    pool.resize(size_t(L * P * state_elems()) * es);
+    scratch.resize(size_t(L * P * S * state_elems()) * es);
+    for (int64_t i = 0; i < L * P * state_elems(); ++i) store(pool, state, i, d(rng));
+    for (int64_t i = 0; i < L * P * S * state_elems(); ++i) store(scratch, state, i, d(rng));
+    storage.slots = P;
+    storage.scratch_steps = S;
+    storage.pool = state_view(pool.data(), state, L, P * state_elems(), P, state_elems());
+    storage.scratch = state_view(scratch.data(), state, L, P * S * state_elems(), P * S, state_elems());
+    storage.accept_len = accept_len.data();
+    storage.errors = &errors;
+    idx = round_indices(index_storage.data(), N, T);
+    batch.slots = slots.data();
+    batch.n_real = n_real.data();
+    batch.rows = N;
+    parent.assign(size_t(N) * T, -1);
+    accept_index.assign(size_t(N) * T, -1);
+    batch.parent = parent.data();
+    for (auto* x : {&q, &k, &v, &g, &beta, &o}) x->resize(L);
+  }
+
+  void new_inputs() {
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f), gd(-0.5f, 0.0f), bd(0.05f, 0.95f);
+    for (int32_t l = 0; l < L; ++l) {
+      auto fill = [&](std::vector<float>& x, size_t n, auto& dist) {
+        x.resize(n);
+        for (float& e : x) e = dist(rng);
+      };
+      fill(q[l], size_t(N) * T * H * K, d);
+      fill(k[l], size_t(N) * T * H * K, d);
+      fill(v[l], size_t(N) * T * HV * V, d);
+      fill(g[l], size_t(N) * T * HV * K, gd);
+      fill(beta[l], size_t(N) * T * HV, bd);
+      o[l].assign(size_t(N) * T * HV * V, std::nanf(""));  // poisoned: every output must be written
+    }
+    for (int32_t n = 0; n < N; ++n) {
+      const std::vector<int32_t> tree = random_tree(rng, T);
+      std::copy(tree.begin(), tree.end(), parent.begin() + n * T);
+    }
+  }
+
+  LayerInputs inputs(int32_t l) {
+    LayerInputs in;
+    in.q = q[l].data();
+    in.k = k[l].data();
+    in.v = v[l].data();
+    in.g = g[l].data();
+    in.beta = beta[l].data();
+    in.o = o[l].data();
+    return in;
+  }
+
+  // Where slot `slot`'s seed of layer l is, as SPEC §3 and §12 say, in fp64.
+  std::vector<double> seed_of(int32_t slot, int32_t l, int32_t h) const {
+    const bool from_scratch = spec.mode == Mode::fused_accept && accept_len[size_t(slot)] > 0;
+    const std::vector<uint8_t>& src = from_scratch ? scratch : pool;
+    const int64_t row = from_scratch ? int64_t(slot) * S + accept_len[size_t(slot)] - 1 : slot;
+    const int64_t rows = from_scratch ? int64_t(P) * S : P;
+    std::vector<double> out(size_t(V) * K);
+    const int64_t base = (l * rows + row) * state_elems() + int64_t(h) * V * K;
+    for (size_t e = 0; e < out.size(); ++e) out[e] = load(src, state, base + int64_t(e));
+    return out;
+  }
+
+  std::vector<double> state_row(const std::vector<uint8_t>& src, int64_t rows, int32_t l, int64_t row, int32_t h) const {
+    std::vector<double> out(size_t(V) * K);
+    const int64_t base = (l * rows + row) * state_elems() + int64_t(h) * V * K;
+    for (size_t e = 0; e < out.size(); ++e) out[e] = load(src, state, base + int64_t(e));
+    return out;
+  }
+
+  // One round: verify, check against fp64 from the seeds, accept a random path per row (and commit).
+  // Returns each real row's accepted node.
+  std::vector<int32_t> round(double tol) {
+    new_inputs();
+    struct Ref {
+      std::vector<std::vector<double>> out, posts;
+    };
+    std::vector<Ref> refs;  // [n][l][h]
+    for (int32_t n = 0; n < N; ++n)
+      for (int32_t l = 0; l < L; ++l)
+        for (int32_t h = 0; h < HV; ++h) {
+          Ref r;
+          if (slots[size_t(n)] >= 0) {
+            RefHeadInputs in;
+            for (int32_t t = 0; t < T; ++t) {
+              const size_t tok = size_t(n) * T + size_t(t);
+              auto at = [](const std::vector<float>& x, size_t from, int len) {
+                return std::vector<double>(x.begin() + ptrdiff_t(from), x.begin() + ptrdiff_t(from) + len);
+              };
+              in.q.push_back(at(q[l], tok * H * K, K));
+              in.k.push_back(at(k[l], tok * H * K, K));
+              in.v.push_back(at(v[l], (tok * HV + size_t(h)) * V, V));
+              in.g.push_back(at(g[l], (tok * HV + size_t(h)) * K, K));
+              in.beta.push_back(beta[l][tok * HV + size_t(h)]);
+            }
+            RefOptions opt = ref_options(spec.options);
+            r.out = ref_verify_tree_head(opt, K, V, seed_of(slots[size_t(n)], l, h), in, parent.data() + n * T,
+                                         r.posts);
+          }
+          refs.push_back(r);
+        }
+
+    ops::build_indices(s, spec, storage, batch, idx);
+    for (int32_t l = 0; l < L; ++l) ops::verify_layer(s, spec, storage, idx, N, l, inputs(l), &batch);
+
+    for (int32_t n = 0; n < N; ++n)
+      for (int32_t l = 0; l < L; ++l)
+        for (int32_t h = 0; h < HV; ++h) {
+          const Ref& r = refs[size_t((n * L + l) * HV + h)];
+          for (int32_t t = 0; t < T; ++t) {
+            std::vector<double> got(static_cast<size_t>(V));
+            for (int32_t j = 0; j < V; ++j) got[size_t(j)] = o[l][((size_t(n) * T + size_t(t)) * HV + size_t(h)) * V + size_t(j)];
+            if (slots[size_t(n)] < 0) {
+              for (double x : got) EXPECT_EQ(x, 0.0) << "padded row n=" << n;
+              continue;
+            }
+            EXPECT_LE(rel_error(got, r.out[size_t(t)]), tol) << "output n=" << n << " l=" << l << " h=" << h << " t=" << t;
+            const int64_t row = int64_t(slots[size_t(n)]) * S + t;
+            EXPECT_LE(rel_error(state_row(scratch, int64_t(P) * S, l, row, h), r.posts[size_t(t)]), tol)
+                << "post-state n=" << n << " l=" << l << " h=" << h << " t=" << t;
+          }
+        }
+
+    // The sampler: a random node per row, and its root-to-node path.
+    std::vector<int32_t> node(size_t(N), -1);
+    std::fill(accept_index.begin(), accept_index.end(), -1);
+    for (int32_t n = 0; n < N; ++n) {
+      node[size_t(n)] = int32_t(rng() % T);
+      std::vector<int32_t> path;
+      for (int32_t t = node[size_t(n)]; t >= 0; t = parent[size_t(n * T + t)]) path.insert(path.begin(), t);
+      std::copy(path.begin(), path.end(), accept_index.begin() + n * T);
+    }
+    ops::accept_path(s, spec, storage, idx, N, accept_index.data());
+    if (spec.mode == Mode::two_phase) ops::commit(s, spec, storage, idx, N);
+    return node;
+  }
+};
+
+class TreeRoundsTest : public ::testing::TestWithParam<std::tuple<Mode, DType>> {};
+
+TEST_P(TreeRoundsTest, EachRoundSeedsFromTheAcceptedNode) {
+  const auto [mode, state] = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(to_string(mode)) + " state=" + to_string(state) + " seed=" + std::to_string(seed));
+  TreeRounds r(mode, state, seed);
+  const double tol = state == DType::f32 ? 1e-5 : 1e-2;
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    // Rows take turns being padding, so slots go a round without a verify.
+    r.slots.assign(round % 2 ? std::initializer_list<int32_t>{0, 1, -1} : std::initializer_list<int32_t>{2, 0, -1});
+    const std::vector<int32_t> node = r.round(tol);
+    if (HasFatalFailure()) return;
+    for (int32_t n = 0; n < 2; ++n) {
+      const int32_t slot = r.slots[size_t(n)];
+      if (mode == Mode::fused_accept) {
+        EXPECT_EQ(r.accept_len[size_t(slot)], node[size_t(n)] + 1) << "slot " << slot;
+      } else {  // the commit moved the node's post-state into the pool, bit for bit
+        for (int32_t l = 0; l < TreeRounds::L; ++l)
+          for (int32_t h = 0; h < TreeRounds::HV; ++h)
+            EXPECT_EQ(r.state_row(r.pool, TreeRounds::P, l, slot, h),
+                      r.state_row(r.scratch, int64_t(TreeRounds::P) * TreeRounds::S, l,
+                                  int64_t(slot) * TreeRounds::S + node[size_t(n)], h))
+                << "slot " << slot << " layer " << l;
+      }
+    }
+  }
+  EXPECT_EQ(r.errors.count, 0u) << to_string(DeviceErrorCode(r.errors.code));
+  if (mode != Mode::fused_accept) return;
+  // Materialize moves each slot's accepted node state into the pool.
+  const std::vector<int32_t> all{0, 1, 2};
+  std::vector<std::vector<double>> nodes;
+  for (int32_t slot : all)
+    for (int32_t l = 0; l < TreeRounds::L; ++l)
+      for (int32_t h = 0; h < TreeRounds::HV; ++h) nodes.push_back(r.seed_of(slot, l, h));
+  ops::materialize(r.s, r.spec, r.storage, all.data(), 3);
+  size_t i = 0;
+  for (int32_t slot : all)
+    for (int32_t l = 0; l < TreeRounds::L; ++l)
+      for (int32_t h = 0; h < TreeRounds::HV; ++h)
+        EXPECT_EQ(r.state_row(r.pool, TreeRounds::P, l, slot, h), nodes[i++]) << "slot " << slot;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, TreeRoundsTest,
+                         ::testing::Combine(::testing::Values(Mode::fused_accept, Mode::two_phase),
+                                            ::testing::Values(DType::f32, DType::bf16)),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param) == Mode::fused_accept ? "fused_accept" : "two_phase") +
+                                  "_" + to_string(std::get<1>(p.param));
+                         });
+
+// From device memory, a parent outside [-1, t) is read as t - 1 by the index build (recorded), and a
+// path that leaves the tree is cut at its first bad node (recorded): the accept length names the last
+// good node.
+TEST(Trees, BadParentsAndPathsFromDeviceMemoryAreClampedAndRecorded) {
+  TreeRounds r(Mode::fused_accept, DType::f32, fresh_seed());
+  const int32_t T = TreeRounds::T;
+  r.new_inputs();
+  for (int32_t n = 0; n < TreeRounds::N; ++n)
+    for (int32_t t = 0; t < T; ++t) r.parent[size_t(n * T + t)] = t == 0 ? -1 : 0;  // a star around token 0
+  r.parent[size_t(T + 3)] = 5;  // row 1, token 3: not an earlier token
+  ops::build_indices(r.s, r.spec, r.storage, r.batch, r.idx);
+  EXPECT_EQ(r.idx.parent[T + 3], 2) << "read as t - 1";
+  EXPECT_EQ(r.idx.parent[T + 4], 0);
+  EXPECT_EQ(DeviceErrorCode(r.errors.code), DeviceErrorCode::parent_out_of_range);
+  EXPECT_EQ(r.errors.row, 1);
+  EXPECT_EQ(r.errors.value, 5);
+  clear_device_errors(&r.errors);
+
+  std::fill(r.accept_index.begin(), r.accept_index.end(), -1);
+  r.accept_index[0] = 0;  // row 0: 0 -> 4 -> 2, but 2 is no child of 4
+  r.accept_index[1] = 4;
+  r.accept_index[2] = 2;
+  r.accept_index[T + 0] = 3;  // row 1: does not start at the root
+  ops::accept_path(r.s, r.spec, r.storage, r.idx, TreeRounds::N, r.accept_index.data());
+  EXPECT_EQ(r.accept_len[2], 5) << "row 0 (slot 2) keeps 0 -> 4";
+  EXPECT_EQ(r.accept_len[0], 1) << "row 1 (slot 0) keeps the root";
+  EXPECT_EQ(DeviceErrorCode(r.errors.code), DeviceErrorCode::path_invalid);
+  EXPECT_EQ(r.errors.count, 2u);
+}
+
+// Host-side misuse is refused naming the argument, before anything changes.
+TEST(Trees, MisuseIsRefusedByNameAndChangesNothing) {
+  TreeRounds r(Mode::fused_accept, DType::f32, fresh_seed());
+  r.new_inputs();
+  const std::vector<int32_t> indices_before = r.index_storage, accept_before = r.accept_len;
+  auto expect_refused = [&](const char* argument, auto call) {
+    try {
+      call();
+      ADD_FAILURE() << "not refused: " << argument;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+    EXPECT_EQ(r.index_storage, indices_before) << argument;
+    EXPECT_EQ(r.accept_len, accept_before) << argument;
+  };
+  RoundSpec chains = r.spec;
+  chains.trees = false;
+  expect_refused("batch.parent", [&] { ops::build_indices(r.s, chains, r.storage, r.batch, r.idx); });
+  expect_refused("spec.trees", [&] { ops::accept_path(r.s, chains, r.storage, r.idx, 3, r.accept_index.data()); });
+  expect_refused("accept_index", [&] { ops::accept_path(r.s, r.spec, r.storage, r.idx, 3, nullptr); });
+  RoundSpec replay = r.spec;
+  replay.mode = Mode::replay;
+  expect_refused("trees", [&] { ops::build_indices(r.s, replay, r.storage, r.batch, r.idx); });
+  RoundIndices no_parent = r.idx;
+  no_parent.parent = nullptr;
+  expect_refused("idx.parent", [&] { ops::verify_layer(r.s, r.spec, r.storage, no_parent, 3, 0, r.inputs(0)); });
+}
+
+}  // namespace
+}  // namespace kdagraph::test
