@@ -108,12 +108,18 @@ GraphRunner::GraphRunner(Verifier& verifier, RoundHooks hooks, RunnerConfig conf
   const bool conv = verifier.config().conv.width > 0;
   require(bool(hooks_.conv_inputs) == conv, where, "hooks.conv_inputs",
           conv ? "is empty, but the verifier's layers have a conv" : "is set, but the verifier's layers have no conv");
+  require(!hooks_.path_sampler || verifier.config().trees, where, "hooks.path_sampler",
+          "is set, but the verifier was built without trees (VerifierConfig::trees)");
+  require(!(hooks_.path_sampler && hooks_.sampler), where, "hooks.path_sampler",
+          "is set with hooks.sampler: a round accepts either lengths or paths");
   require_in_range(where, "largest bucket", plan_.max_bs(), 1, verifier.config().max_rows);
 }
 
 GraphRunner::~GraphRunner() = default;
 
-bool GraphRunner::sampler_in_round() const { return bool(hooks_.sampler) && config_.sampler_in_graph; }
+bool GraphRunner::sampler_in_round() const {
+  return (hooks_.sampler || hooks_.path_sampler) && config_.sampler_in_graph;
+}
 
 void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler) {
   // Every layer's inputs are checked before any work is enqueued: a round refused at layer l after
@@ -130,6 +136,7 @@ void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler)
     detail::validate_conv_inputs(where, conv_inputs_[size_t(l)] = hooks_.conv_inputs(l), spec.conv.channels,
                                  spec.io_dtype, fused);
   }
+  if (hooks_.before_round) hooks_.before_round(s, rows);
   verifier_.enqueue_indices(s, rows);
   for (int32_t l = 0; l < spec.model.layers; ++l) {
     if (hooks_.before_layer) hooks_.before_layer(s, l, rows);
@@ -141,7 +148,8 @@ void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler)
     verifier_.enqueue_verify(s, l, layer_inputs_[size_t(l)], rows);
   }
   if (!with_sampler) return;
-  verifier_.enqueue_accept(s, hooks_.sampler(s, rows), rows);
+  if (hooks_.path_sampler) verifier_.enqueue_accept_path(s, hooks_.path_sampler(s, rows), rows);
+  else verifier_.enqueue_accept(s, hooks_.sampler(s, rows), rows);
   if (mode_policy(verifier_.config().mode).commit) verifier_.enqueue_commit(s, rows);
 }
 
@@ -218,6 +226,16 @@ void GraphRunner::accept(const Stream& s, const int32_t* accepted) {
   const int32_t r = rows();
   detail::cpu_round(s, [&] {
     verifier_.enqueue_accept(s, accepted, r);
+    if (mode_policy(verifier_.config().mode).commit) verifier_.enqueue_commit(s, r);
+  });
+}
+
+void GraphRunner::accept_path(const Stream& s, const int32_t* accept_index) {
+  require(!sampler_in_round(), "GraphRunner::accept_path", "sampler",
+          "is captured in the round already; accept runs inside it");
+  const int32_t r = rows();
+  detail::cpu_round(s, [&] {
+    verifier_.enqueue_accept_path(s, accept_index, r);
     if (mode_policy(verifier_.config().mode).commit) verifier_.enqueue_commit(s, r);
   });
 }

@@ -23,6 +23,12 @@ void validate(const HostEngineConfig& c) {
           "= " + std::to_string(c.accept_rate) + " is outside the allowed range [0, 1]");
   require(c.retire_rate >= 0.0 && c.retire_rate <= 1.0, where, "retire_rate",
           "= " + std::to_string(c.retire_rate) + " is outside the allowed range [0, 1]");
+  require_in_range(where, "tree", c.tree, 0, c.verifier.tokens);
+  if (c.tree > 0) {
+    VerifierConfig with_trees = c.verifier;
+    with_trees.trees = true;
+    validate(with_trees);  // what trees ask of the rest (SPEC §12)
+  }
 }
 
 namespace {
@@ -40,6 +46,7 @@ struct HostEngine::Impl {
   Verifier verifier;
   // Inputs are shared by the layers (regenerated before each layer's verify); outputs are per layer.
   Buffer q, k, v, g, beta, outputs, gate_params, round_counter, accepted, join_state;
+  Buffer accept_index;  // with a tree: the sampler's paths [N, T]
   Buffer x, conv_weights, join_window;  // with a conv: pre-conv projections, [L, C, W] weights, a join's window
   std::unique_ptr<GraphRunner> runner;
   std::mt19937_64 rng;
@@ -52,12 +59,15 @@ struct HostEngine::Impl {
   std::vector<RoundRecord> records;
   std::vector<RetiredRequest> retired;
 
-  static const HostEngineConfig& validated(const HostEngineConfig& c) {
+  // The config as run: with a tree, its verifier has trees.
+  static HostEngineConfig validated(const HostEngineConfig& c) {
     validate(c);
-    return c;
+    HostEngineConfig out = c;
+    out.verifier.trees = out.verifier.trees || c.tree > 0;
+    return out;
   }
 
-  explicit Impl(const HostEngineConfig& c) : cfg(validated(c)), verifier(c.verifier), rng(c.seed) {
+  explicit Impl(const HostEngineConfig& c) : cfg(validated(c)), verifier(cfg.verifier), rng(c.seed) {
     const VerifierConfig& vc = cfg.verifier;
     const Backend b = vc.backend;
     const size_t N = size_t(vc.max_rows), T = size_t(vc.tokens), H = size_t(vc.model.heads);
@@ -75,6 +85,10 @@ struct HostEngine::Impl {
     outputs.fill(0);
     round_counter.fill(0);
     accepted.fill(0);
+    if (cfg.tree > 0) {
+      accept_index = Buffer(b, N * T * sizeof(int32_t));
+      accept_index.fill(0xff);
+    }
     // Gate parameters per layer: A_log [HV] then dt_bias [HV * K].
     std::vector<float> gate(L * (HV + HV * K));
     for (size_t l = 0; l < L; ++l) {
@@ -91,7 +105,12 @@ struct HostEngine::Impl {
     hooks.before_layer = [this](const Stream& s, int32_t layer, int32_t rows) { generate_inputs(s, layer, rows); };
     hooks.layer_inputs = [this](int32_t layer) { return layer_inputs(layer); };
     if (vc.conv.width > 0) hooks.conv_inputs = [this](int32_t layer) { return conv_inputs(layer); };
-    hooks.sampler = [this](const Stream& s, int32_t rows) { return sample(s, rows); };
+    if (cfg.tree > 0) {
+      hooks.before_round = [this](const Stream& s, int32_t rows) { draft_trees(s, rows); };
+      hooks.path_sampler = [this](const Stream& s, int32_t rows) { return sample(s, rows); };
+    } else {
+      hooks.sampler = [this](const Stream& s, int32_t rows) { return sample(s, rows); };
+    }
     runner = std::make_unique<GraphRunner>(verifier, std::move(hooks), cfg.runner);
   }
 
@@ -170,8 +189,35 @@ struct HostEngine::Impl {
     p.tokens = cfg.verifier.tokens;
     p.accept_rate = float(cfg.accept_rate);
     p.accepted = accepted.as<int32_t>();
+    if (cfg.tree > 0) {
+      p.parent = bb().parent;
+      p.accept_index = accept_index.as<int32_t>();
+    }
     detail::enqueue<SyntheticSamplerOp>(s, p, verifier.spec().pdl);
-    return accepted.as<int32_t>();
+    return cfg.tree > 0 ? accept_index.as<int32_t>() : accepted.as<int32_t>();
+  }
+
+  // SPEC §12: the round's trees, written where the index build reads them.
+  void draft_trees(const Stream& s, int32_t rows) {
+    SyntheticTreeParams p;
+    p.seed = cfg.seed;
+    p.round = round_counter.as<int64_t>();
+    p.slots = bb().slots;
+    p.n_real = bb().n_real;
+    p.rows = rows;
+    p.tokens = cfg.verifier.tokens;
+    p.top_k = cfg.tree;
+    p.parent = bb().parent;
+    detail::enqueue<SyntheticTreeOp>(s, p, verifier.spec().pdl);
+  }
+
+  // Tokens the sampler accepts for `slot` at `round`, from the same hashes.
+  int32_t accepted_tokens(uint32_t round, int32_t slot) const {
+    const VerifierConfig& vc = cfg.verifier;
+    if (cfg.tree == 0) return synthetic_accept_length(cfg.seed, round, slot, vc.tokens, float(cfg.accept_rate));
+    int32_t parent[kMaxSyntheticTree], path[kMaxSyntheticTree];
+    synthetic_tree(cfg.seed, round, slot, vc.tokens, cfg.tree, parent);
+    return synthetic_path(cfg.seed, round, slot, vc.tokens, float(cfg.accept_rate), parent, path);
   }
 
   // A request joins: its seeded state is generated on the backend and prefilled from there, so a
@@ -247,7 +293,7 @@ struct HostEngine::Impl {
     const VerifierConfig& vc = cfg.verifier;
     const uint32_t round = uint32_t(rounds_run);
     for (int32_t slot : batch) {
-      tokens_accepted += synthetic_accept_length(cfg.seed, round, slot, vc.tokens, float(cfg.accept_rate));
+      tokens_accepted += accepted_tokens(round, slot);
       for (Request& r : live)
         if (r.slot == slot) ++r.rounds;
     }
@@ -276,7 +322,10 @@ void HostEngine::run_round(const Stream& s) {
   Impl& m = *impl_;
   m.between_rounds(s);
   m.runner->run_round(s);
-  if (!m.runner->sampler_in_round()) m.runner->accept(s, m.sample(s, m.runner->rows()));
+  if (!m.runner->sampler_in_round()) {
+    if (m.cfg.tree > 0) m.runner->accept_path(s, m.sample(s, m.runner->rows()));
+    else m.runner->accept(s, m.sample(s, m.runner->rows()));
+  }
   m.record_round(s);
   ++m.rounds_run;
 }

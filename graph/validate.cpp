@@ -285,6 +285,42 @@ void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t
   }
 }
 
+void validate_tree(const char* where, const int32_t* parent, int32_t n, int32_t tokens) {
+  require(parent != nullptr, where, "parent", "is null");
+  for (int32_t r = 0; r < n; ++r)
+    for (int32_t t = 0; t < tokens; ++t) {
+      const int32_t pt = parent[int64_t(r) * tokens + t];
+      if (pt < -1 || pt >= t || (t == 0 && pt != -1)) {
+        const std::string arg = "parent[" + std::to_string(r) + "][" + std::to_string(t) + "]";
+        throw_out_of_range(where, arg.c_str(), pt, -1, t == 0 ? -1 : t - 1);
+      }
+    }
+}
+
+void validate_accept_paths(const char* where, const int32_t* accept_index, const int32_t* tree, int32_t n,
+                           int32_t tokens) {
+  require(accept_index != nullptr, where, "accept_index", "is null");
+  auto refuse = [&](int32_t r, int32_t i, const std::string& what) {
+    const std::string arg = "accept_index[" + std::to_string(r) + "][" + std::to_string(i) + "]";
+    throw_invalid(where, arg.c_str(), "= " + std::to_string(accept_index[int64_t(r) * tokens + i]) + what);
+  };
+  for (int32_t r = 0; r < n; ++r) {
+    const int32_t* path = accept_index + int64_t(r) * tokens;
+    const int32_t* parent = tree + int64_t(r) * tokens;
+    int32_t last = -1, i = 0;
+    for (; i < tokens && !(path[i] == -1 && i > 0); ++i) {
+      const int32_t node = path[i];
+      if (node <= last || node >= tokens || parent[node] != last)
+        refuse(r, i, (last < 0 ? std::string(" is not a child of the seed (a token whose parent is -1)")
+                               : " is not a child of token " + std::to_string(last)) +
+                         " in row " + std::to_string(r) + "'s tree");
+      last = node;
+    }
+    for (; i < tokens; ++i)  // the path ended: only -1 follows
+      if (path[i] != -1) refuse(r, i, " follows the path's end (-1)");
+  }
+}
+
 void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& c, bool reads_qkv) {
   if (reads_qkv) {
     require_buffer(where, "q", in.q, 16);

@@ -36,6 +36,13 @@ void validate_layer_index(const char* where, int32_t layer, int32_t layers);
 void validate_slot(const char* where, int32_t slot, int32_t pool_slots);
 void validate_slot_list(const char* where, const int32_t* slots, int32_t count, int32_t pool_slots);
 void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t n, int32_t tokens);
+// SPEC §12, host memory: `parent` [n, tokens], each row a token tree (parent[r][0] = -1, parent[r][t] in
+// [-1, t)), refused as "parent[r][t]".
+void validate_tree(const char* where, const int32_t* parent, int32_t n, int32_t tokens);
+// SPEC §12, host memory: `accept_index` [n, tokens], each row a path of `tree`'s row (from a child of the
+// seed down, -1 after its end), refused as "accept_index[r][i]".
+void validate_accept_paths(const char* where, const int32_t* accept_index, const int32_t* tree, int32_t n,
+                           int32_t tokens);
 // A verify's inputs; q, k and v only when it reads them (fused with the conv it does not).
 void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& spec, bool reads_qkv = true);
 // A conv's width (2 to 4), channels and activation.

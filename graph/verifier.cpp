@@ -28,6 +28,7 @@ RoundSpec round_spec(const VerifierConfig& c) {
   spec.mode = c.mode;
   spec.conv = c.conv;
   spec.pdl = c.pdl;
+  spec.trees = c.trees;
   return spec;
 }
 
@@ -53,6 +54,10 @@ struct Verifier::Impl {
   int32_t* slots = nullptr;
   int32_t* accepted = nullptr;
   int32_t* materialize_slots = nullptr;
+  Buffer tree_storage;                // trees: parent [N, T], then the accept_index staging [N, T]
+  int32_t* parent = nullptr;
+  int32_t* accept_index = nullptr;
+  std::vector<int32_t> host_tree;     // [N, T] what set_tree wrote (chains at first): the paths' check
   detail::Uploader uploader;
   int32_t n = 0;
 
@@ -66,7 +71,9 @@ struct Verifier::Impl {
         spec(round_spec(c)),
         geo(make_geometry(c.model, c.pool)),
         errors(c.backend, sizeof(DeviceErrorWord)),
-        uploader(c.backend, (1 + size_t(std::max(c.max_rows, c.pool.slots))) * sizeof(int32_t)) {
+        uploader(c.backend, std::max<size_t>(1 + size_t(std::max(c.max_rows, c.pool.slots)),
+                                             c.trees ? size_t(c.max_rows) * size_t(c.tokens) : 0) *
+                                sizeof(int32_t)) {
     const Backend b = c.backend;
     const DType st = c.pool.state_dtype;
     const size_t es = dtype_size(st);
@@ -101,6 +108,14 @@ struct Verifier::Impl {
     accepted = slots + N;
     materialize_slots = accepted + N;
     batch_storage.fill(0);
+    if (c.trees) {  // chains until set_tree
+      std::vector<int32_t> trees(2 * N * size_t(c.tokens), -1);
+      for (size_t e = 0; e < N * size_t(c.tokens); ++e) trees[e] = int32_t(e % size_t(c.tokens)) - 1;
+      tree_storage = Buffer::copy_of(b, trees);
+      host_tree.assign(trees.begin(), trees.begin() + ptrdiff_t(N) * c.tokens);
+      parent = tree_storage.as<int32_t>();
+      accept_index = parent + N * size_t(c.tokens);
+    }
 
     *static_cast<DeviceErrorWord*>(errors.host()) = DeviceErrorWord{};
     storage.slots = c.pool.slots;
@@ -217,10 +232,12 @@ int32_t Verifier::batch_size() const { return impl_->n; }
 const RoundSpec& Verifier::spec() const { return impl_->spec; }
 const SlotStorage& Verifier::storage() const { return impl_->storage; }
 const RoundIndices& Verifier::indices() const { return impl_->idx; }
-BatchView Verifier::batch_view(int32_t rows) const { return BatchView{impl_->slots, impl_->n_real, rows}; }
+BatchView Verifier::batch_view(int32_t rows) const {
+  return BatchView{impl_->slots, impl_->n_real, rows, impl_->parent};
+}
 
 Verifier::BatchBuffers Verifier::batch_buffers() const {
-  return BatchBuffers{impl_->n_real, impl_->slots, impl_->accepted};
+  return BatchBuffers{impl_->n_real, impl_->slots, impl_->accepted, impl_->parent, impl_->accept_index};
 }
 
 void Verifier::prefill(const Stream& s, int32_t slot, const void* states, const void* conv_window) {
@@ -373,6 +390,44 @@ void Verifier::enqueue_accept_from_host(const Stream& s, const int32_t* accepted
   m.require_not_capturing(where, s);
   m.uploader.upload(s, m.accepted, accepted, sizeof(int32_t) * size_t(n));
   enqueue_accept(s, m.accepted, n);
+}
+
+void Verifier::set_tree(const Stream& s, const int32_t* parent, int32_t n) {
+  Impl& m = *impl_;
+  const char* where = "Verifier::set_tree";
+  detail::validate_stream(where, s, m.cfg.backend);
+  require(m.cfg.trees, where, "parent", "is given, but the Verifier was built without trees (VerifierConfig::trees)");
+  require(m.n > 0, where, "batch", "is not set: call set_batch first");
+  require(n == m.n, where, "n",
+          [&] { return "= " + std::to_string(n) + " differs from the batch size " + std::to_string(m.n) + " of set_batch"; });
+  detail::validate_tree(where, parent, n, m.cfg.tokens);
+  m.require_not_capturing(where, s);
+  m.uploader.upload(s, m.parent, parent, sizeof(int32_t) * size_t(n) * size_t(m.cfg.tokens));
+  std::copy(parent, parent + size_t(n) * size_t(m.cfg.tokens), m.host_tree.begin());
+}
+
+void Verifier::enqueue_accept_path(const Stream& s, const int32_t* accept_index, int32_t rows) {
+  Impl& m = *impl_;
+  const char* where = "Verifier::enqueue_accept_path";
+  detail::validate_stream(where, s, m.cfg.backend);
+  require(accept_index != nullptr, where, "accept_index", "is null");
+  m.check_rows(where, s, rows);
+  ops::accept_path(s, m.spec, m.storage, m.idx, rows, accept_index);
+}
+
+void Verifier::enqueue_accept_path_from_host(const Stream& s, const int32_t* accept_index, int32_t n) {
+  Impl& m = *impl_;
+  const char* where = "Verifier::enqueue_accept_path_from_host";
+  detail::validate_stream(where, s, m.cfg.backend);
+  require(m.cfg.trees, where, "accept_index", "is given, but the Verifier was built without trees (VerifierConfig::trees)");
+  require(m.n > 0, where, "batch", "is not set: call set_batch first");
+  require(n == m.n, where, "n",
+          [&] { return "= " + std::to_string(n) + " differs from the batch size " + std::to_string(m.n) + " of set_batch"; });
+  const int32_t T = m.cfg.tokens;
+  detail::validate_accept_paths(where, accept_index, m.host_tree.data(), n, T);
+  m.require_not_capturing(where, s);
+  m.uploader.upload(s, m.accept_index, accept_index, sizeof(int32_t) * size_t(n) * size_t(T));
+  enqueue_accept_path(s, m.accept_index, n);
 }
 
 void Verifier::enqueue_commit(const Stream& s, int32_t rows) {

@@ -19,10 +19,16 @@ __global__ void synthetic_sampler_kernel(SyntheticSamplerParams p) {
   grid_dependency_wait();
   trigger_dependent_launch();
   const uint32_t round = uint32_t(*p.round);
-  for (int32_t n = threadIdx.x; n < p.rows; n += blockDim.x)
-    p.accepted[n] = n < *p.n_real ? synthetic_accept_length(p.seed, round, p.slots[n], p.tokens, p.accept_rate) : 0;
+  for (int32_t n = threadIdx.x; n < p.rows; n += blockDim.x) synthetic_sample_row(p, round, n);
   __syncthreads();
   if (threadIdx.x == 0) *p.round = int64_t(round) + 1;
+}
+
+__global__ void synthetic_tree_kernel(SyntheticTreeParams p) {
+  grid_dependency_wait();
+  trigger_dependent_launch();
+  for (int32_t n = int32_t(blockIdx.x * blockDim.x + threadIdx.x); n < p.rows; n += int32_t(gridDim.x * blockDim.x))
+    synthetic_tree_row(p, n);
 }
 
 __global__ void synthetic_state_kernel(SyntheticStateParams p) {
@@ -44,6 +50,10 @@ cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, Launch on) {
 cudaError_t launch_synthetic_state(const SyntheticStateParams& p, Launch on) {
   const int threads = 256, blocks = 1024;
   return launch_kernel(synthetic_state_kernel, blocks, threads, on, p);
+}
+
+cudaError_t launch_synthetic_tree(const SyntheticTreeParams& p, Launch on) {
+  return launch_kernel(synthetic_tree_kernel, (p.rows + 63) / 64, 64, on, p);
 }
 
 cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, Launch on) {

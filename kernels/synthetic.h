@@ -13,7 +13,7 @@ namespace kdagraph {
 
 // What a hashed value is for; part of the counter so different tensors never share a stream.
 enum class SyntheticField : uint32_t {
-  q = 1, k, v, g, beta, state, accept, gate_a_log, gate_dt_bias, conv_x, conv_weight, conv_window
+  q = 1, k, v, g, beta, state, accept, gate_a_log, gate_dt_bias, conv_x, conv_weight, conv_window, tree
 };
 
 KDA_HD uint64_t mix64(uint64_t x) {  // the splitmix64 finalizer: a bijection with full avalanche
@@ -117,6 +117,10 @@ struct SyntheticSamplerParams {
   int32_t rows = 0, tokens = 0;
   float accept_rate = 0.0f;
   int32_t* accepted = nullptr;       // [N]
+  // SPEC §12, with a tree: the round's trees [N, T] (the drafter's); accepted paths go to accept_index
+  // [N, T] (synthetic_path) instead of lengths to `accepted`.
+  const int32_t* parent = nullptr;
+  int32_t* accept_index = nullptr;
 };
 
 KDA_HD int32_t synthetic_accept_length(uint64_t seed, uint32_t round, int32_t slot, int32_t tokens,
@@ -127,6 +131,88 @@ KDA_HD int32_t synthetic_accept_length(uint64_t seed, uint32_t round, int32_t sl
                                          0.0f, 1.0f) < accept_rate)
     ++a;
   return a;
+}
+
+// SPEC §12's simulated drafter and sampler. The drafter's tree of T tokens: token 0 is the root (a child
+// of the seed) and each later token hangs from an earlier one with fewer than `top_k` children, picked
+// by hash, so a node has at most top_k children (top_k = 1: the chain). The sampler's accepted path
+// starts at the root and goes on to one of the last node's children, picked by hash, with probability
+// `accept_rate` each step, until a node without children or the first rejection. `parent` and `path`
+// have `tokens` entries; path ends with -1s. Returns the path's length. tokens <= kMaxSyntheticTree.
+inline constexpr int32_t kMaxSyntheticTree = 64;
+
+KDA_HD void synthetic_tree(uint64_t seed, uint32_t round, int32_t slot, int32_t tokens, int32_t top_k,
+                           int32_t* parent) {
+  int32_t children[kMaxSyntheticTree] = {};
+  parent[0] = -1;
+  for (int32_t t = 1; t < tokens; ++t) {
+    int32_t open = 0;  // tokens before t that may take another child
+    for (int32_t j = 0; j < t; ++j) open += children[j] < top_k;
+    const uint32_t bits = synthetic_bits(seed, round, uint32_t(slot), 0, uint32_t(t), SyntheticField::tree, 0);
+    int32_t pick = int32_t(bits % uint32_t(open));
+    int32_t j = 0;
+    for (; j < t; ++j)
+      if (children[j] < top_k && pick-- == 0) break;
+    parent[t] = j;
+    ++children[j];
+  }
+}
+
+KDA_HD int32_t synthetic_path(uint64_t seed, uint32_t round, int32_t slot, int32_t tokens, float accept_rate,
+                              const int32_t* parent, int32_t* path) {
+  int32_t length = 1, last = 0;
+  path[0] = 0;
+  for (int32_t step = 1; step < tokens; ++step) {
+    int32_t children = 0;
+    for (int32_t t = last + 1; t < tokens; ++t) children += parent[t] == last;
+    const float u = synthetic_uniform(
+        synthetic_bits(seed, round, uint32_t(slot), 0, uint32_t(step), SyntheticField::accept, 0), 0.0f, 1.0f);
+    if (children == 0 || !(u < accept_rate)) break;
+    int32_t pick = int32_t(synthetic_bits(seed, round, uint32_t(slot), 1, uint32_t(step), SyntheticField::accept, 0) %
+                           uint32_t(children));
+    int32_t t = last + 1;
+    for (; t < tokens; ++t)
+      if (parent[t] == last && pick-- == 0) break;
+    path[length++] = last = t;
+  }
+  for (int32_t i = length; i < tokens; ++i) path[i] = -1;
+  return length;
+}
+
+// The drafter of a round's batch: row n's tree, from its slot and the round (read, not advanced: the
+// sampler advances it at the end of the round), into parent [N, T]; padded rows get chains.
+struct SyntheticTreeParams {
+  uint64_t seed = 0;
+  const int64_t* round = nullptr;    // [1]
+  const int32_t* slots = nullptr;    // [N]
+  const int32_t* n_real = nullptr;   // [1]
+  int32_t rows = 0, tokens = 0, top_k = 1;
+  int32_t* parent = nullptr;         // [N, T]
+};
+
+KDA_HD void synthetic_tree_row(const SyntheticTreeParams& p, int32_t n) {
+  int32_t* parent = p.parent + int64_t(n) * p.tokens;
+  if (n < *p.n_real) {
+    synthetic_tree(p.seed, uint32_t(*p.round), p.slots[n], p.tokens, p.top_k, parent);
+    return;
+  }
+  for (int32_t t = 0; t < p.tokens; ++t) parent[t] = t - 1;
+}
+
+// Row n of the sampler at `round`.
+KDA_HD void synthetic_sample_row(const SyntheticSamplerParams& p, uint32_t round, int32_t n) {
+  const bool real = n < *p.n_real;
+  if (p.accept_index == nullptr) {
+    p.accepted[n] = real ? synthetic_accept_length(p.seed, round, p.slots[n], p.tokens, p.accept_rate) : 0;
+    return;
+  }
+  int32_t* path = p.accept_index + int64_t(n) * p.tokens;
+  if (real) {
+    synthetic_path(p.seed, round, p.slots[n], p.tokens, p.accept_rate, p.parent + int64_t(n) * p.tokens, path);
+    return;
+  }
+  path[0] = 0;
+  for (int32_t i = 1; i < p.tokens; ++i) path[i] = -1;
 }
 
 // The seeded state a request joins with (its prefill): small values, per (request, layer, element).
@@ -188,6 +274,7 @@ KDA_HD void synthetic_state_element(const SyntheticStateParams& p, int64_t i) {
 void synthetic_state_cpu(const SyntheticStateParams& p);
 void synthetic_inputs_cpu(const SyntheticInputParams& p);
 void synthetic_sampler_cpu(const SyntheticSamplerParams& p);
+void synthetic_tree_cpu(const SyntheticTreeParams& p);
 
 }  // namespace kdagraph
 
@@ -200,6 +287,7 @@ namespace kdagraph {
 cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, Launch on);
 cudaError_t launch_synthetic_sampler(const SyntheticSamplerParams& p, Launch on);
 cudaError_t launch_synthetic_state(const SyntheticStateParams& p, Launch on);
+cudaError_t launch_synthetic_tree(const SyntheticTreeParams& p, Launch on);
 }  // namespace kdagraph
 #endif
 
@@ -223,6 +311,15 @@ struct SyntheticSamplerOp {
   static cudaError_t cuda(const Params& p, Launch on) { return launch_synthetic_sampler(p, on); }
 #endif
   static std::string shape(const Params& p) { return "rows=" + std::to_string(p.rows); }
+};
+struct SyntheticTreeOp {
+  using Params = SyntheticTreeParams;
+  static constexpr const char* kName = "synthetic_tree";
+  static void cpu(const Params& p) { synthetic_tree_cpu(p); }
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)
+  static cudaError_t cuda(const Params& p, Launch on) { return launch_synthetic_tree(p, on); }
+#endif
+  static std::string shape(const Params& p) { return "rows=" + std::to_string(p.rows) + " T=" + std::to_string(p.tokens); }
 };
 struct SyntheticStateOp {
   using Params = SyntheticStateParams;

@@ -21,9 +21,12 @@ void synthetic_state_cpu(const SyntheticStateParams& p) {
 
 void synthetic_sampler_cpu(const SyntheticSamplerParams& p) {
   const uint32_t round = uint32_t(*p.round);
-  for (int32_t n = 0; n < p.rows; ++n)
-    p.accepted[n] = n < *p.n_real ? synthetic_accept_length(p.seed, round, p.slots[n], p.tokens, p.accept_rate) : 0;
+  for (int32_t n = 0; n < p.rows; ++n) synthetic_sample_row(p, round, n);
   *p.round += 1;
+}
+
+void synthetic_tree_cpu(const SyntheticTreeParams& p) {
+  for (int32_t n = 0; n < p.rows; ++n) synthetic_tree_row(p, n);
 }
 
 }  // namespace kdagraph

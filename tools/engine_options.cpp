@@ -128,7 +128,15 @@ HostEngineConfig engine_config(const EngineSetup& e) {
   c.retire_rate = e.retire_rate;
   c.vary_batch = e.vary_batch;
   c.keep_outputs = e.keep_outputs;
+  c.tree = e.tree;
   return c;
+}
+
+void add_tree_option(OptionTable& t, int32_t& tree) {
+  t.value("tree", "K",
+          "token trees (SPEC 12): each round's T tokens form a tree of at most K children a node, and the "
+          "sampler accepts a random root-to-node path; 1 is a chain given as a tree (default: chains)",
+          [&tree](const std::string& n, const std::string& v) { tree = int32_t(parse_int(n, v, 1, 64)); });
 }
 
 ModeFootprint mode_footprint(const VerifierConfig& v) {

@@ -64,6 +64,7 @@ struct EngineSetup {
   bool conv = true;                  // Kimi-Linear's short convolution before each layer (W = 4, SiLU, no bias)
   bool fuse_conv = true;             // the conv fused into each layer's verify (VerifierConfig::fuse_conv)
   bool pdl = true;                   // programmatic dependent launch of the round's kernels (SPEC §5)
+  int32_t tree = 0;                  // SPEC §12: 0 chains; K: top-K token trees (HostEngineConfig::tree)
 };
 HostEngineConfig engine_config(const EngineSetup& e);
 
@@ -75,6 +76,10 @@ void add_unfused_conv_option(OptionTable& table, bool& fuse_conv);
 std::string describe(const ConvShape& conv);
 // describe(v.conv), and with a conv whether it is fused into the verify.
 std::string describe_conv(const VerifierConfig& v);
+
+// --tree K: each round's tokens form a top-K token tree and the sampler accepts a random root-to-node
+// path (SPEC §12); K = 1 is a chain given as a tree.
+void add_tree_option(OptionTable& table, int32_t& tree);
 
 // --no-pdl: every kernel of a round waits for the previous one to finish (for A/B runs).
 void add_pdl_option(OptionTable& table, bool& pdl);

@@ -42,6 +42,7 @@ struct RunOptions {
   bool conv = true;
   bool fuse_conv = true;
   bool pdl = true;
+  int32_t tree = 0;
   bool check = false;
   bool json = false;
   std::string json_file;
@@ -85,6 +86,7 @@ OptionTable run_options(RunOptions& o) {
   add_conv_option(t, o.conv);
   add_unfused_conv_option(t, o.fuse_conv);
   add_pdl_option(t, o.pdl);
+  add_tree_option(t, o.tree);
   t.flag("check", "rerun the rounds through the CPU two-phase eager reference and compare every round's "
          "outputs and every retired state (bitwise on the CPU); exit 3 on a difference",
          [&o] { o.check = true; });
@@ -188,6 +190,9 @@ void print_text(const RunReport& r) {
                 fmt("%.4g", double(fp.conv_scratch_bytes_per_slot) / 1024).c_str());
   std::printf("\n");
   std::printf("  pdl                 %s\n", describe_pdl(v.pdl, v.backend).c_str());
+  if (r.cfg.tree > 0)
+    std::printf("  token trees         top-%d trees of T = %d tokens, a random root-to-node path accepted\n", r.cfg.tree,
+                v.tokens);
   std::string per_rows;
   for (const auto& [rows, count] : r.rounds_per_rows)
     per_rows += (per_rows.empty() ? "" : ", ") + std::to_string(rows) + " rows x" + std::to_string(count);
@@ -260,7 +265,7 @@ std::string to_json(const RunReport& r) {
   j.end_object();
   j.field("graph_rounds", r.graph_rounds).field("eager_rounds", r.eager_rounds);
   j.field("accept_rate", r.cfg.accept_rate).field("retire_rate", r.cfg.retire_rate);
-  j.field("vary_batch", r.cfg.vary_batch).field("seed", int64_t(r.cfg.seed));
+  j.field("vary_batch", r.cfg.vary_batch).field("seed", int64_t(r.cfg.seed)).field("tree", r.cfg.tree);
   j.field("rounds", r.rounds).field("tokens_accepted", r.tokens_accepted).field("requests_retired", r.requests_retired);
   j.key("round_ms").begin_object();
   j.field("median", r.timing.median_ms).field("min", r.timing.min_ms).field("max", r.timing.max_ms);
@@ -305,6 +310,7 @@ int run(const RunOptions& o) {
   setup.conv = o.conv;
   setup.fuse_conv = o.fuse_conv;
   setup.pdl = o.pdl;
+  setup.tree = o.tree;
 
   RunReport report;
   report.opt = o;

@@ -50,6 +50,9 @@ void enqueue_host(const Stream& s, std::function<void()> fn);
 // every layer before any of the round's work is enqueued (all are checked first, so a bad one changes
 // nothing): they name buffers and must not depend on before_layer having run.
 struct RoundHooks {
+  // Work before the round's index build, in the graph (e.g. a drafter writing the round's token tree
+  // into the verifier's batch_buffers().parent, SPEC §12). Optional.
+  std::function<void(const Stream&, int32_t rows)> before_round;
   // Work before layer `layer`'s verify (a model's projections producing its inputs). Optional. With
   // VerifierConfig::pdl the layer's conv or verify may start before this work finishes: it must not
   // write the state rows they read (include/kdagraph/ops.hpp, programmatic dependent launch).
@@ -62,6 +65,11 @@ struct RoundHooks {
   std::function<ConvLayerInputs(int32_t layer)> conv_inputs;
   // A capturable sampler: enqueues work writing accept lengths [rows] and returns that buffer. Optional.
   std::function<const int32_t*(const Stream&, int32_t rows)> sampler;
+  // With VerifierConfig::trees (SPEC §12), instead of `sampler`: a capturable sampler that enqueues work
+  // writing accepted root-to-node paths [rows, T] (accept_index, ops::accept_path) and returns that
+  // buffer. The round's tree is the verifier's (Verifier::set_tree, or batch_buffers().parent), device
+  // data read inside the graph, so one graph per bucket serves every tree.
+  std::function<const int32_t*(const Stream&, int32_t rows)> path_sampler;
 };
 
 struct RunnerConfig {
@@ -118,6 +126,8 @@ class GraphRunner {
   // Accept step when the sampler runs outside the graph: `accepted` [rows] in backend memory; then, in
   // two-phase mode, the commit. Separate launches, as engines ship it today.
   void accept(const Stream& s, const int32_t* accepted);
+  // The same with trees: `accept_index` [rows, T] in backend memory, the sampler's accepted paths.
+  void accept_path(const Stream& s, const int32_t* accept_index);
 
   // Rows the current batch runs with: its bucket, or n when it runs eagerly.
   int32_t rows() const;

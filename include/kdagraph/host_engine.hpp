@@ -27,6 +27,10 @@ struct HostEngineConfig {
   double retire_rate = 0.0;     // per round, each live request retires with this probability
   bool vary_batch = false;      // each round runs a random subset of 1..batch live requests
   bool keep_outputs = false;    // copy each round's outputs to the host (tests, --check)
+  // SPEC §12: 0, chains; K >= 1, each round's T tokens of a request form a hashed tree of at most K
+  // children a node (synthetic_tree, drafted on the backend inside the round), and the sampler accepts a
+  // root-to-node path (synthetic_path). The engine's verifier then runs with VerifierConfig::trees.
+  int32_t tree = 0;
 };
 
 void validate(const HostEngineConfig& config);

@@ -42,6 +42,10 @@ struct VerifierConfig {
   // Programmatic dependent launch of every kernel of its rounds, its graphs' included (SPEC §5,
   // RoundSpec::pdl, with what it asks of an engine's kernels); false for A/B runs.
   bool pdl = true;
+  // SPEC §12 token trees (RoundSpec::trees): the Verifier owns a parent array [max_rows, T] the index
+  // build reads (set_tree from the host, or written on the device through batch_buffers().parent), and
+  // rounds accept root-to-node paths (enqueue_accept_path). It starts as chains.
+  bool trees = false;
 };
 
 // Throws InvalidArgument naming the first bad field (SPEC §6).
@@ -132,8 +136,19 @@ class Verifier {
   // enqueue_indices, then for every layer its conv and its verify (one kernel, or two without
   // config().fuse_conv); `convs` and `layers` have L entries.
   void enqueue_round(const Stream& s, const ConvLayerInputs* convs, const LayerInputs* layers, int32_t rows);
+  // With config().trees (SPEC §12), host: validates `parent` [n, T] of the current batch (parent[r][0]
+  // = -1, parent[r][t] in [-1, t)) and writes it where the index build reads it (until the next
+  // set_tree; the trees start as chains). A tree is device data: one captured graph per bucket serves
+  // any tree. An engine whose drafter builds the tree on the device writes batch_buffers().parent.
+  void set_tree(const Stream& s, const int32_t* parent, int32_t n);
   // Accepts the round: `accepted` is backend memory [rows] written by the sampler.
   void enqueue_accept(const Stream& s, const int32_t* accepted, int32_t rows);
+  // With config().trees: accepts the sampler's root-to-node paths, `accept_index` [rows, T] in backend
+  // memory (ops::accept_path): each slot's accept length becomes its path's last node + 1.
+  void enqueue_accept_path(const Stream& s, const int32_t* accept_index, int32_t rows);
+  // Same, from host memory [n, T] of the current batch: each row validated as a path of the tree
+  // set_tree wrote (from a child of the seed down, -1 after its end), by name, before anything runs.
+  void enqueue_accept_path_from_host(const Stream& s, const int32_t* accept_index, int32_t n);
   // Same, from host memory [n] of the current batch: validated in [1, T] first (tests, tools).
   void enqueue_accept_from_host(const Stream& s, const int32_t* accepted, int32_t n);
   // Two-phase only: copies each row's accepted post-state into the pool, all layers in one launch (and
@@ -157,6 +172,8 @@ class Verifier {
     int32_t* n_real;      // [1]
     int32_t* slots;       // [max_rows]
     int32_t* accepted;    // [max_rows] staging for enqueue_accept_from_host
+    int32_t* parent;      // [max_rows, T] the round's token tree (config().trees; else null)
+    int32_t* accept_index;  // [max_rows, T] staging for enqueue_accept_path_from_host (trees; else null)
   };
   BatchBuffers batch_buffers() const;
 

@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "kdagraph/host_engine.hpp"
 #include "kdagraph/ops.hpp"
+#include "kdagraph/verifier.hpp"
 #include "kernels/kda_math.h"
+#include "tests/common/engines.h"
 #include "tests/common/reference.h"
 
 namespace kdagraph::test {
@@ -306,6 +309,130 @@ TEST(Trees, MisuseIsRefusedByNameAndChangesNothing) {
   RoundIndices no_parent = r.idx;
   no_parent.parent = nullptr;
   expect_refused("idx.parent", [&] { ops::verify_layer(r.s, r.spec, r.storage, no_parent, 3, 0, r.inputs(0)); });
+}
+
+// The host engine with top-K trees (HostEngineConfig::tree): K = V = 64 (a shape the CUDA kernels have,
+// for the SIMT build), T = 6.
+HostEngineConfig tree_engine(Mode mode, Exec exec, int32_t tree, uint64_t seed) {
+  HostEngineConfig c = small_engine(Backend::cpu, mode, exec, seed);
+  c.verifier.model = ModelShape{2, 1, 2, 64, 64};
+  c.verifier.tokens = 6;
+  c.verifier.pool.scratch_steps = 6;
+  c.tree = tree;
+  return c;
+}
+
+struct EngineRun {
+  std::vector<RoundRecord> rounds;
+  std::vector<RetiredRequest> retired;
+  int64_t tokens = 0;
+  uint32_t device_errors = 0;
+};
+
+EngineRun run_engine(const HostEngineConfig& c, int32_t rounds) {
+  const Stream s{Backend::cpu, nullptr};
+  HostEngine e(c);
+  e.start(s);
+  for (int32_t r = 0; r < rounds; ++r) e.run_round(s);
+  e.finish(s);
+  return EngineRun{e.rounds(), e.retired(), e.tokens_accepted(), e.verifier().device_errors().count};
+}
+
+void expect_same_runs(const EngineRun& got, const EngineRun& want, const std::string& what) {
+  ASSERT_EQ(got.rounds.size(), want.rounds.size()) << what;
+  for (size_t r = 0; r < want.rounds.size(); ++r) {
+    ASSERT_EQ(got.rounds[r].slots, want.rounds[r].slots) << what << " round " << r;
+    ASSERT_EQ(first_difference(got.rounds[r].outputs, want.rounds[r].outputs), -1) << what << " round " << r;
+  }
+  ASSERT_EQ(got.retired.size(), want.retired.size()) << what;
+  for (size_t i = 0; i < want.retired.size(); ++i)
+    EXPECT_EQ(first_difference(got.retired[i].state, want.retired[i].state), -1) << what << " retired " << i;
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  EXPECT_EQ(got.device_errors, 0u) << what;
+}
+
+// SPEC §12 through the Verifier and the graph runner: fused-accept graphs with the drafter and sampler
+// inside, eager rounds with the sampler outside, and the two-phase reference see the same trees and
+// paths and agree bitwise on every round's outputs and every retired state.
+TEST(TreeEngine, ModesExecutionsAndSamplersAgreeBitwise) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const int32_t rounds = 24;
+  const EngineRun reference = run_engine(tree_engine(Mode::two_phase, Exec::eager, 3, seed), rounds);
+  EXPECT_GT(reference.tokens, int64_t(reference.rounds.size())) << "some drafts are accepted";
+  expect_same_runs(run_engine(tree_engine(Mode::fused_accept, Exec::graph, 3, seed), rounds), reference,
+                   "fused-accept graph");
+  HostEngineConfig outside = tree_engine(Mode::fused_accept, Exec::eager, 3, seed);
+  outside.runner.sampler_in_graph = false;
+  expect_same_runs(run_engine(outside, rounds), reference, "fused-accept eager, sampler outside");
+  HostEngineConfig two_phase_graph = tree_engine(Mode::two_phase, Exec::graph, 3, seed);
+  expect_same_runs(run_engine(two_phase_graph, rounds), reference, "two-phase graph");
+}
+
+// A top-1 tree is a chain, and the sampler accepts down it with the chain sampler's draws: the engine is
+// bitwise the engine without trees.
+TEST(TreeEngine, ATopOneTreeIsBitwiseTheChain) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  expect_same_runs(run_engine(tree_engine(Mode::fused_accept, Exec::graph, 1, seed), 16),
+                   run_engine(tree_engine(Mode::fused_accept, Exec::graph, 0, seed), 16), "top-1 trees");
+}
+
+// Trees from the host are checked by name before anything runs, and so are paths from the host
+// against the tree set_tree wrote.
+TEST(TreeEngine, TreesAndPathsFromTheHostAreCheckedByName) {
+  const Stream s{Backend::cpu, nullptr};
+  VerifierConfig c = tree_engine(Mode::fused_accept, Exec::eager, 2, 1).verifier;
+  auto expect_refused = [](const char* argument, auto call) {
+    try {
+      call();
+      ADD_FAILURE() << "not refused: " << argument;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  {
+    Verifier chains(c);
+    const int32_t slots[1] = {0};
+    chains.set_batch(s, slots, 1);
+    const std::vector<int32_t> chain{-1, 0, 1, 2, 3, 4};
+    expect_refused("parent", [&] { chains.set_tree(s, chain.data(), 1); });
+    expect_refused("accept_index", [&] { chains.enqueue_accept_path_from_host(s, chain.data(), 1); });
+  }
+  c.trees = true;
+  Verifier v(c);
+  const int32_t slots[2] = {3, 1};
+  v.set_batch(s, slots, 2);
+  const std::vector<int32_t> tree{-1, 0, 0, 1, -1, 4, /* row 1 */ -1, 0, 1, 2, 3, 4};
+  const std::vector<int32_t> before(v.batch_buffers().parent, v.batch_buffers().parent + 12);
+  std::vector<int32_t> bad = tree;
+  bad[8] = 2;  // row 1, token 2: not an earlier token
+  expect_refused("parent[1][2]", [&] { v.set_tree(s, bad.data(), 2); });
+  bad = tree;
+  bad[0] = 0;
+  expect_refused("parent[0][0]", [&] { v.set_tree(s, bad.data(), 2); });
+  EXPECT_EQ(std::vector<int32_t>(v.batch_buffers().parent, v.batch_buffers().parent + 12), before)
+      << "a refused tree changed the verifier's";
+  v.set_tree(s, tree.data(), 2);
+  EXPECT_EQ(std::vector<int32_t>(v.batch_buffers().parent, v.batch_buffers().parent + 12), tree);
+  const std::vector<int32_t> good{4, 5, -1, -1, -1, -1, /* row 1 */ 0, 1, 2, -1, -1, -1};
+  std::vector<int32_t> path = good;
+  path[1] = 3;  // row 0: 3 is no child of 4
+  expect_refused("accept_index[0][1]", [&] { v.enqueue_accept_path_from_host(s, path.data(), 2); });
+  path = good;
+  path[10] = 5;  // row 1: a node after the path's end
+  expect_refused("accept_index[1][4]", [&] { v.enqueue_accept_path_from_host(s, path.data(), 2); });
+  path = good;
+  path[6] = 1;  // row 1: 1 is no child of the seed
+  expect_refused("accept_index[1][0]", [&] { v.enqueue_accept_path_from_host(s, path.data(), 2); });
+  EXPECT_EQ(std::vector<int32_t>(v.accept_len(), v.accept_len() + c.pool.slots),
+            std::vector<int32_t>(size_t(c.pool.slots), 0))
+      << "a refused path changed an accept length";
+  v.enqueue_indices(s, 2);
+  v.enqueue_accept_path_from_host(s, good.data(), 2);
+  EXPECT_EQ(v.accept_len()[3], 6) << "row 0 accepted 4 -> 5";
+  EXPECT_EQ(v.accept_len()[1], 3) << "row 1 accepted 0 -> 1 -> 2";
+  EXPECT_EQ(v.device_errors().count, 0u);
 }
 
 }  // namespace

@@ -220,6 +220,25 @@ def check_case(mode, exec_kind, extra=()):
 
 
 @case
+def check_trees():
+    # SPEC 12: top-3 trees of T = 6 tokens, a random path accepted, checked bitwise against the two-phase
+    # eager reference (which verifies the same trees) in fused-accept graphs.
+    check_case("fused-accept", "graph", ["--tree", "3", "--draft", "5", "--no-conv"])
+
+
+@case
+def tree_of_one_is_the_chain():
+    # A top-1 tree is a chain, accepted with the chain sampler's draws: the same tokens accepted.
+    base = ["run", "--backend", "cpu", "--rounds", "30", "--draft", "4", "--no-conv", "--seed", "3"]
+    chain = summary(expect_ok(base).stdout)
+    tree = summary(expect_ok(base + ["--tree", "1"]).stdout)
+    if chain["tokens accepted"] != tree["tokens accepted"]:
+        raise Failure(f"--tree 1 accepted {tree['tokens accepted']} tokens, the chain {chain['tokens accepted']}")
+    if "top-1 trees" not in tree.get("token trees", ""):
+        raise Failure(f"the summary does not say the rounds verify trees: {tree}")
+
+
+@case
 def check_two_phase_eager():
     check_case("two-phase", "eager")
 
