@@ -63,6 +63,11 @@ int64_t conv_state_row_elems(const RoundSpec& spec, int32_t scratch_steps) {
   return int64_t(conv_state_columns(conv_layout(mode_policy(spec.mode)), c.width, scratch_steps)) * c.channels;
 }
 
+bool needs_accept_path(const RoundSpec& spec) {
+  const ModePolicy policy = mode_policy(spec.mode);
+  return spec.trees && (policy.token_cache || (spec.conv.width > 0 && policy.conv_offset_window));
+}
+
 bool needs_round_parity(const RoundSpec& spec) {
   const ModePolicy policy = mode_policy(spec.mode);
   return policy.token_cache || (spec.conv.width > 0 && policy.conv_offset_window);
@@ -167,6 +172,10 @@ ConvWindowParams window_params(const RoundSpec& spec, const SlotStorage& st, int
   p.scratch_steps = st.scratch_steps;
   // The recurrent state's clamp (indices.h), so a corrupt length moves both states alike.
   p.max_accept = mode_policy(spec.mode).token_cache ? spec.tokens : st.scratch_steps;
+  if (needs_accept_path(spec) && !from_scratch) {
+    p.slot_path = st.accept_path;
+    p.path_tokens = spec.tokens;
+  }
   p.channels = spec.conv.channels;
   p.width = spec.conv.width;
   p.layers = spec.model.layers;
@@ -241,6 +250,11 @@ ConvParams round_conv_params(const RoundSpec& spec, const SlotStorage& storage, 
     p.scratch = storage.conv_scratch;
     p.write_row = idx.write_row;
   }
+  if (spec.trees) p.parent = idx.parent;
+  if (needs_accept_path(spec)) {
+    p.slot_path = storage.accept_path;
+    p.path_tokens = spec.tokens;
+  }
   p.errors = storage.errors;
   return p;
 }
@@ -278,6 +292,8 @@ void conv_verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage
   const char* where = "ops::conv_verify_layer";
   validate_round(where, s, spec, storage, idx, rows);
   require(spec.conv.width > 0, where, "spec.conv.width", "= 0: the layers have no conv");
+  require(!spec.trees, where, "spec.trees", "is set: the conv of a token tree runs in its own launch for now "
+                                           "(conv_layer, then verify_layer)");
   detail::validate_layer_index(where, layer, spec.model.layers);
   detail::validate_conv_inputs(where, conv, spec.conv.channels, spec.io_dtype, true);
   detail::validate_layer_inputs(where, in, spec, false);
@@ -451,6 +467,7 @@ void enqueue_accept(const Stream& s, const RoundSpec& spec, const SlotStorage& s
     p.row_parity = idx.row_parity;
     p.round_parity = storage.round_parity;
   }
+  if (needs_accept_path(spec)) p.slot_path = storage.accept_path;
   p.errors = storage.errors;
   detail::enqueue<AcceptOp>(s, p, spec.pdl);
 }

@@ -79,7 +79,6 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   if (spec.trees) {  // SPEC §12: what is built for token trees so far
     require(spec.mode != Mode::replay, where, "trees", "is set in replay mode: token trees run in fused-accept and "
                                                       "two-phase modes (replay's kept path is not built yet)");
-    require(spec.conv.width == 0, where, "trees", "is set with a short conv: token trees run without one for now");
   }
   if (spec.options.gate == GateMode::lower_bound)
     require(spec.options.gate_lower_bound < 0.0f, where, "options.gate_lower_bound",
@@ -209,6 +208,7 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
     });
   }
   if (needs_round_parity(spec)) require_buffer(where, "storage.round_parity", st.round_parity, alignof(int32_t));
+  if (needs_accept_path(spec)) require_buffer(where, "storage.accept_path", st.accept_path, alignof(int32_t));
   if (policy.per_token_scratch) {
     validate_view(where, "storage.scratch", st.scratch, spec, int64_t(st.slots) * st.scratch_steps, state_elems,
                   backend);

@@ -32,7 +32,7 @@ RoundSpec round_spec(const VerifierConfig& c) {
   return spec;
 }
 
-bool fuses_conv(const VerifierConfig& c) { return c.conv.width > 0 && c.fuse_conv; }
+bool fuses_conv(const VerifierConfig& c) { return c.conv.width > 0 && c.fuse_conv && !c.trees; }
 
 struct Verifier::Impl {
   VerifierConfig cfg;
@@ -55,6 +55,7 @@ struct Verifier::Impl {
   int32_t* accepted = nullptr;
   int32_t* materialize_slots = nullptr;
   Buffer tree_storage;                // trees: parent [N, T], then the accept_index staging [N, T]
+  Buffer accept_path;                 // where needs_accept_path(spec): [P, T]
   int32_t* parent = nullptr;
   int32_t* accept_index = nullptr;
   std::vector<int32_t> host_tree;     // [N, T] what set_tree wrote (chains at first): the paths' check
@@ -116,6 +117,10 @@ struct Verifier::Impl {
       parent = tree_storage.as<int32_t>();
       accept_index = parent + N * size_t(c.tokens);
     }
+    if (needs_accept_path(spec)) {
+      accept_path = Buffer(b, P * size_t(c.tokens) * sizeof(int32_t));
+      accept_path.fill(0xff);
+    }
 
     *static_cast<DeviceErrorWord*>(errors.host()) = DeviceErrorWord{};
     storage.slots = c.pool.slots;
@@ -127,6 +132,7 @@ struct Verifier::Impl {
       storage.token_cache = state_view(token_cache.data(), c.io_dtype, c.model.layers, cache_rows * cache_stride,
                                        cache_rows, cache_stride);
     storage.round_parity = round_parity.as<int32_t>();
+    storage.accept_path = accept_path.as<int32_t>();
     storage.errors = static_cast<DeviceErrorWord*>(errors.device());
   }
 

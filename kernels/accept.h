@@ -29,6 +29,9 @@ struct AcceptParams {
   // buffers of parity 1 - row_parity[n], and they become the slot's (the next verify reads them).
   const int32_t* row_parity = nullptr;  // [N] from RoundIndices
   int32_t* round_parity = nullptr;      // [P]
+  // SPEC §12, where a round of trees keeps each slot's accepted path (SlotStorage::accept_path): [P, T],
+  // the row's checked path (or, from a length a, 0 .. a - 1), -1 after it.
+  int32_t* slot_path = nullptr;
   DeviceErrorWord* errors = nullptr;
 };
 
@@ -38,10 +41,15 @@ KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
     if (!p.sets_slot) p.row_accept[n] = 0;
     return;
   }
-  const int32_t a = p.accept_index != nullptr
-                        ? checked_path(p.accept_index + int64_t(n) * p.tokens, p.parent + int64_t(n) * p.tokens,
-                                       p.tokens, n, p.errors, true).last + 1
-                        : checked_accept(p.accepted[n], 1, p.tokens, n, p.errors, true);
+  const int32_t* path = p.accept_index != nullptr ? p.accept_index + int64_t(n) * p.tokens : nullptr;
+  const TreePath checked = path != nullptr ? checked_path(path, p.parent + int64_t(n) * p.tokens, p.tokens, n, p.errors, true)
+                                           : TreePath{};
+  const int32_t a = path != nullptr ? checked.last + 1 : checked_accept(p.accepted[n], 1, p.tokens, n, p.errors, true);
+  if (p.slot_path != nullptr) {
+    int32_t* kept = p.slot_path + int64_t(slot) * p.tokens;
+    const int32_t nodes = path != nullptr ? checked.nodes : a;
+    for (int32_t i = 0; i < p.tokens; ++i) kept[i] = i >= nodes ? -1 : (path != nullptr ? path[i] : i);
+  }
   if (p.sets_slot) p.accept_len[slot] = a;
   else p.row_accept[n] = a;
   if (p.round_parity != nullptr && p.row_parity[n] >= 0) p.round_parity[slot] = 1 - (p.row_parity[n] & 1);

@@ -40,6 +40,7 @@
 #include "kernels/device_error.h"
 #include "kernels/kda_math.h"
 #include "kernels/layout.h"
+#include "kernels/tree.h"
 
 namespace kdagraph {
 
@@ -114,6 +115,13 @@ struct ConvParams {
   const int32_t* row_accept = nullptr;  // [N] in_place, halves: the slot's accept length a
   const int32_t* row_parity = nullptr;  // [N] halves: the slot's parity p
   const int32_t* write_row = nullptr;   // [N, T] fixed_window
+  // SPEC §12 token trees (fixed_window, halves): [N, T] the round's checked tree (RoundIndices::parent):
+  // token t's window runs back along its ancestors into the slot's history. Halves then keep each
+  // slot's accepted path, [slots, path_tokens] (SlotStorage::accept_path): the history is the base,
+  // then new[path[0]], new[path[1]], ... Null: chains.
+  const int32_t* parent = nullptr;
+  const int32_t* slot_path = nullptr;
+  int32_t path_tokens = 0;
   DeviceErrorWord* errors = nullptr;
 };
 
@@ -127,8 +135,20 @@ struct ConvRow {
   int32_t read = 0;
   int32_t write = 0;
   int32_t keep = 0;
+  // Halves with a tree's kept path (SPEC §12): the history is half `base`'s base columns, then new
+  // columns path[0], ..., path[nodes - 1]; `read` is not used.
+  const int32_t* path = nullptr;
+  int32_t nodes = 0, base = 0;
   KDA_HD bool padded() const { return state == nullptr; }
 };
+
+// Column of the j-th input (oldest first) of a row's window of `width` - 1 inputs: `read` + j, or with a
+// kept path (halves, SPEC §12) position nodes + j of base ++ new[path].
+KDA_HD int32_t conv_history_column(const ConvRow& r, int32_t width, int32_t j) {
+  if (r.path == nullptr) return r.read + j;
+  const int32_t i = r.nodes + j;
+  return i < width - 1 ? r.base + i : r.base + width - 1 + r.path[i - (width - 1)];
+}
 
 // Row n as slot `slot` with accept length `accept` and parity `parity` (used in the layouts that keep
 // them): conv_row reads them from the row's index arrays; a verify predicting its window before its grid
@@ -148,6 +168,11 @@ KDA_HD ConvRow conv_row_at(const ConvParams& p, int32_t n, int32_t slot, int32_t
     r.read = conv_window_column(p.layout, a, half, p.width, p.scratch_steps);
     r.write = p.layout == ConvLayout::halves ? conv_window_column(p.layout, 0, 1 - half, p.width, p.scratch_steps) : 0;
     r.keep = p.layout == ConvLayout::halves ? p.width - 1 : p.width - 2;
+    if (p.slot_path != nullptr && p.layout == ConvLayout::halves) {
+      r.path = p.slot_path + int64_t(slot) * p.path_tokens;
+      r.nodes = a > 0 ? kept_path_nodes(r.path, p.path_tokens) : 0;
+      r.base = conv_window_column(p.layout, 0, half, p.width, p.scratch_steps);
+    }
   }
   char* state = layer_base(p.state, p.layer);
   char* scratch = fixed ? layer_base(p.scratch, p.layer) : nullptr;
@@ -201,6 +226,48 @@ KDA_HD float conv_output_value(const ConvParams& p, const float (&w)[W], const f
   return conv_activation(p.activation, acc);
 }
 
+// SPEC §12: the T tokens of one channel of a token tree (`parent`, the row's checked tree): token t's
+// window is the inputs of its nearest W - 1 ancestors, oldest first, preceded by the last inputs of
+// the row's history `hist` (as stored) where it has fewer. Its outputs and what it writes are the
+// chain's in every other way (a chain given as a tree is bitwise the chain): the history (halves: the
+// window, then every token's input in token order) or each token's window after it (fixed_window's
+// conv scratch, the window its children read, which the commit of an accepted node copies back).
+// Every array is indexed with constants (registers on the device).
+template <int W, class IoT>
+KDA_HD void conv_tree_tokens(const ConvParams& p, const ConvRow& r, const int32_t* parent, const IoT* x,
+                             const IoT (&hist)[W - 1], const float (&w)[W], float bias, IoT* state, int32_t c,
+                             IoT* y, int64_t y_stride, bool writes_state, bool writes_history, int64_t token0) {
+  const int64_t C = p.channels;
+  for (int32_t t = 0; t < p.tokens; ++t) {
+    IoT ancestors[W - 1];  // nearest first
+    int32_t used = 0, node = parent[t];
+    for (int k = 0; k < W - 1; ++k) {
+      const bool in_round = node >= 0;
+      ancestors[k] = in_round ? x[node * C] : IoT{};
+      used += in_round;
+      node = in_round ? parent[node] : -1;
+    }
+    IoT raw[W - 1];
+    float window[W - 1];
+    for (int m = 0; m < W - 1; ++m) {
+      IoT from_history = IoT{};
+      for (int q = 0; q < W - 1; ++q)
+        if (q == m + used) from_history = hist[q];
+      raw[m] = W - 2 - m < used ? ancestors[W - 2 - m] : from_history;
+      window[m] = math::to_f32(raw[m]);
+    }
+    const IoT x_raw = x[t * C];
+    y[t * y_stride] = math::from_f32<IoT>(conv_output_value<W>(p, w, window, math::to_f32(x_raw), bias));
+    if (writes_history) state[(r.write + r.keep + t) * C] = x_raw;
+    if (!writes_state || p.layout != ConvLayout::fixed_window) continue;
+    const int32_t row = p.write_row[token0 + t];
+    if (row < 0) continue;
+    IoT* scratch = reinterpret_cast<IoT*>(state_row(r.scratch, p.scratch, row)) + c;
+    for (int j = 0; j < W - 2; ++j) scratch[j * C] = raw[j + 1];
+    scratch[(W - 2) * C] = x_raw;
+  }
+}
+
 // Channel c of a real row n for all T tokens: y[t * y_stride] = y_t (io dtype) and, when
 // `writes_state`, the channel's history (in_place, halves) or its conv scratch windows (fixed_window).
 // The window is read whole before anything is written: in place, the row's new columns overlap the
@@ -216,7 +283,7 @@ KDA_HD void conv_channel_into(const ConvParams& p, const ConvRow& r, int32_t n, 
   IoT raw[W - 1];
   float window[W - 1];
   for (int j = 0; j < W - 1; ++j) {
-    raw[j] = state[(r.read + j) * C];
+    raw[j] = state[int64_t(conv_history_column(r, W, j)) * C];
     window[j] = math::to_f32(raw[j]);
   }
   float w[W];
@@ -230,6 +297,11 @@ KDA_HD void conv_channel_into(const ConvParams& p, const ConvRow& r, int32_t n, 
   }
 
   const IoT* x = static_cast<const IoT*>(p.x) + token0 * C + c;
+  if (p.parent != nullptr) {
+    conv_tree_tokens<W, IoT>(p, r, p.parent + token0, x, raw, w, bias, state, c, y, y_stride, writes_state,
+                             writes_history, token0);
+    return;
+  }
   for (int32_t t = 0; t < T; ++t) {
     const IoT x_raw = x[t * C];
     const float xt = math::to_f32(x_raw);
@@ -296,6 +368,10 @@ struct ConvWindowParams {
   bool from_scratch = true;
   StateView state;
   StateView scratch;                  // from_scratch only
+  // SPEC §12, materialize with token trees: each slot's kept path [slots, path_tokens]; the window is
+  // then the last W - 1 inputs of half p's base ++ new[path] (conv_history_column). Null: chains.
+  const int32_t* slot_path = nullptr;
+  int32_t path_tokens = 0;
   DeviceErrorWord* errors = nullptr;
 };
 
@@ -304,11 +380,14 @@ struct ConvWindowParams {
 struct ConvWindowMove {
   const char* src;
   char* dst;
+  // With a kept path (src is then the row's start): where each column comes from (ConvRow's fields).
+  const int32_t* path;
+  int32_t nodes, base;
 };
 
 KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int32_t layer, bool report_accept,
                                        bool report_layer) {
-  const ConvWindowMove none{nullptr, nullptr};
+  const ConvWindowMove none{nullptr, nullptr, nullptr, 0, 0};
   // A commit's entries are the round's checked row slots; a materialize list is checked here.
   const int32_t slot = p.accept_of != nullptr ? (p.slot_of[e] < p.slots ? p.slot_of[e] : -1)
                                               : checked_slot(p.slot_of, e, p.slots, p.errors, report_accept);
@@ -318,6 +397,12 @@ KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int
   const int32_t column =
       p.from_scratch ? 0 : conv_window_column(ConvLayout::halves, a, p.round_parity[slot], p.width, p.scratch_steps);
   if (p.from_scratch ? a == 0 : column == 0) return none;
+  ConvRow from;
+  if (!p.from_scratch && p.slot_path != nullptr && a > 0) {
+    from.path = p.slot_path + int64_t(slot) * p.path_tokens;
+    from.nodes = kept_path_nodes(from.path, p.path_tokens);
+    from.base = conv_window_column(ConvLayout::halves, 0, p.round_parity[slot], p.width, p.scratch_steps);
+  }
   char* state = layer_base(p.state, layer);
   char* scratch = p.from_scratch ? layer_base(p.scratch, layer) : nullptr;
   if (state == nullptr || (p.from_scratch && scratch == nullptr)) {
@@ -325,18 +410,29 @@ KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int
     return none;
   }
   char* dst = state_row(state, p.state, slot);
-  if (p.from_scratch) return ConvWindowMove{state_row(scratch, p.scratch, scratch_row(slot, a - 1, p.scratch_steps)), dst};
-  return ConvWindowMove{dst + int64_t(column) * p.channels * elem_bytes(p.io_dtype), dst};
+  if (p.from_scratch)
+    return ConvWindowMove{state_row(scratch, p.scratch, scratch_row(slot, a - 1, p.scratch_steps)), dst, nullptr, 0, 0};
+  if (from.path != nullptr) return ConvWindowMove{dst, dst, from.path, from.nodes, from.base};
+  return ConvWindowMove{dst + int64_t(column) * p.channels * elem_bytes(p.io_dtype), dst, nullptr, 0, 0};
 }
 
 // Channel c of a move, elements of type E (the io dtype's bits), oldest column first. A materialize
 // within half 0 has its source and destination overlap with the destination first (a columns lower),
-// so copying upwards reads every column before it is overwritten.
+// so copying upwards reads every column before it is overwritten. So does a kept path's: its column j
+// is nodes + j >= j + 1, or a new column past the base.
 template <class E>
 KDA_HD void conv_window_channel(const ConvWindowParams& p, const ConvWindowMove& m, int32_t c) {
   const E* src = reinterpret_cast<const E*>(m.src) + c;
   E* dst = reinterpret_cast<E*>(m.dst) + c;
   const int64_t C = p.channels;
+  if (m.path != nullptr) {
+    ConvRow from;
+    from.path = m.path;
+    from.nodes = m.nodes;
+    from.base = m.base;
+    for (int32_t j = 0; j < p.width - 1; ++j) dst[j * C] = src[int64_t(conv_history_column(from, p.width, j)) * C];
+    return;
+  }
   for (int32_t j = 0; j < p.width - 1; ++j) dst[j * C] = src[j * C];
 }
 

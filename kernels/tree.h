@@ -67,4 +67,13 @@ KDA_HD TreePath checked_path(const int32_t* path, const int32_t* parent, int32_t
   return r;
 }
 
+// The nodes of a slot's kept path (SlotStorage::accept_path, the accept step's checked copy): its
+// entries before the first -1, at most `tokens`, each in [0, tokens) (an entry outside ends the path
+// too: the row is memory the caller owns).
+KDA_HD int32_t kept_path_nodes(const int32_t* path, int32_t tokens) {
+  int32_t k = 0;
+  while (k < tokens && path[k] >= 0 && path[k] < tokens) ++k;
+  return k;
+}
+
 }  // namespace kdagraph

@@ -88,6 +88,10 @@ struct SlotStorage {
   //   conv_scratch: two-phase only, row = slot * S + t, conv_scratch_row_elems: token t's W - 1 columns.
   StateView conv_state;
   StateView conv_scratch;
+  // SPEC §12, where needs_accept_path(spec): [P, T] int32, each slot's accepted root-to-node path (its
+  // node indices, -1 after), written by the accept step: the conv state's halves hold the round's
+  // inputs in token order, and the next round reads the slot's history through the path (no scatter).
+  int32_t* accept_path = nullptr;
   // Optional: where kernels record what only the device can see (device-writable; host-mapped pinned
   // memory lets the host read it without synchronizing).
   DeviceErrorWord* errors = nullptr;
@@ -107,7 +111,8 @@ struct RoundSpec {
   // SPEC §12: the round's tokens of a row may form a tree (BatchView::parent), and the sampler accepts a
   // root-to-node path (ops::accept_path). Off: every round is a chain, and a batch's parent is refused.
   // With a tree, the verify keeps the states later tokens branch from aside (in fp32), so at most
-  // kMaxCudaTreeTokens tokens on CUDA. Fused-accept and two-phase; not yet with a conv or in replay.
+  // kMaxCudaTreeTokens tokens on CUDA. Fused-accept and two-phase (not replay yet); with a conv, its
+  // own launch (conv_layer) before the verify, not fused into it (conv_verify_layer refuses trees).
   bool trees = false;
 };
 
@@ -155,6 +160,10 @@ struct RoundIndices {
                                     // step sets the slot's parity to 1 - row_parity[n]
   int32_t* parent = nullptr;        // [N, T] the checked token tree (SPEC §12): chains when the round has none
 };
+
+// Whether a round keeps SlotStorage::accept_path: token trees with the conv state's halves (fused
+// accept with a conv).
+bool needs_accept_path(const RoundSpec& spec);
 
 // Whether a round keeps SlotStorage::round_parity: replay (its token cache), and the offset-window modes
 // with a conv (the conv state's halves).

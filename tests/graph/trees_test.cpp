@@ -16,6 +16,7 @@
 #include "kdagraph/ops.hpp"
 #include "kdagraph/verifier.hpp"
 #include "kernels/kda_math.h"
+#include "tests/common/conv_reference.h"
 #include "tests/common/engines.h"
 #include "tests/common/reference.h"
 
@@ -433,6 +434,150 @@ TEST(TreeEngine, TreesAndPathsFromTheHostAreCheckedByName) {
   EXPECT_EQ(v.accept_len()[3], 6) << "row 0 accepted 4 -> 5";
   EXPECT_EQ(v.accept_len()[1], 3) << "row 1 accepted 0 -> 1 -> 2";
   EXPECT_EQ(v.device_errors().count, 0u);
+}
+
+// SPEC §12's conv of token trees through ops::conv_layer, against tests/common/conv_reference.h: token
+// t's window is its ancestors' inputs after the slot's history, and the next round's history is the
+// accepted path's. Fused accept reads it through the kept path in the conv state's halves, two-phase
+// from the committed conv scratch row of the accepted node; rounds of random trees and paths, then a
+// materialize (fused accept) that must leave exactly the reference's window at columns [0, W - 1).
+class ConvTreeRounds : public ::testing::TestWithParam<std::tuple<Mode, DType>> {};
+
+TEST_P(ConvTreeRounds, MatchTheReference) {
+  const auto [mode, io] = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(to_string(mode)) + " io=" + to_string(io) + " seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  constexpr int32_t N = 3, P = 3, T = 6, S = 6, W = 4;
+  RoundSpec spec;
+  spec.model = ModelShape{1, 1, 1, 16, 16};
+  spec.tokens = T;
+  spec.io_dtype = io;
+  spec.mode = mode;
+  spec.trees = true;
+  spec.conv = ConvShape{conv_channels(spec.model), W, ConvActivation::silu};
+  const int32_t C = spec.conv.channels;
+  const size_t es = dtype_size(io);
+  const int64_t state = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
+  std::vector<float> pool(size_t(P * state), 0.5f), scratch(size_t(P * S * state), 0.5f);
+  const int64_t conv_row = conv_state_row_elems(spec, S), conv_scratch_row = conv_scratch_row_elems(spec);
+  std::vector<uint8_t> conv_state(size_t(P * conv_row) * es, 0), conv_scratch(size_t(P * S * conv_scratch_row) * es, 0);
+  std::vector<int32_t> accept_len(P, 0), parity(P, 0), kept(size_t(P) * T, -1);
+  std::vector<int32_t> index_storage(size_t(round_index_elems(N, T)));
+  DeviceErrorWord errors;
+  SlotStorage st;
+  st.slots = P;
+  st.scratch_steps = S;
+  st.pool = state_view(pool.data(), DType::f32, 1, P * state, P, state);
+  st.scratch = state_view(scratch.data(), DType::f32, 1, P * S * state, P * S, state);
+  st.accept_len = accept_len.data();
+  st.round_parity = parity.data();
+  st.conv_state = state_view(conv_state.data(), io, 1, P * conv_row, P, conv_row);
+  if (mode == Mode::two_phase)
+    st.conv_scratch = state_view(conv_scratch.data(), io, 1, P * S * conv_scratch_row, P * S, conv_scratch_row);
+  st.accept_path = kept.data();
+  st.errors = &errors;
+  const RoundIndices idx = round_indices(index_storage.data(), N, T);
+  std::vector<int32_t> slots{1, 2, -1}, n_real{2}, parent(size_t(N) * T), path(size_t(N) * T);
+  BatchView batch{slots.data(), n_real.data(), N, parent.data()};
+
+  RefConv ref;
+  ref.channels = C;
+  ref.width = W;
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> weight(size_t(C) * W);
+  for (float& w : weight) w = d(rng);
+  ref.weight.assign(weight.begin(), weight.end());
+  // Each slot's history as the reference keeps it: zeros, as the state starts.
+  std::vector<std::vector<std::vector<double>>> history(P, std::vector<std::vector<double>>(W - 1, std::vector<double>(size_t(C), 0.0)));
+  auto value = [&](const std::vector<uint8_t>& bytes, int64_t i) { return double(math::load_as_f32(bytes.data(), io, i)); };
+  std::vector<uint8_t> x(size_t(N) * T * C * es), y(size_t(N) * T * C * es);
+  for (int round = 0; round < 8; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    slots.assign(round % 2 ? std::initializer_list<int32_t>{0, 2, -1} : std::initializer_list<int32_t>{1, 2, -1});
+    for (int64_t i = 0; i < int64_t(N) * T * C; ++i) {
+      const float v = d(rng);
+      if (io == DType::f32) std::memcpy(x.data() + 4 * i, &v, 4);
+      else {
+        const math::bf16 b = math::f32_to_bf16(v);
+        std::memcpy(x.data() + 2 * i, &b, 2);
+      }
+    }
+    std::fill(y.begin(), y.end(), uint8_t(0xff));
+    for (int32_t n = 0; n < N; ++n) {
+      const std::vector<int32_t> tree = random_tree(rng, T);
+      std::copy(tree.begin(), tree.end(), parent.begin() + n * T);
+    }
+    ops::build_indices(Stream{}, spec, st, batch, idx);
+    ConvLayerInputs in;
+    in.x = x.data();
+    in.weight = weight.data();
+    in.out[0] = ConvOutputSegment{C, y.data()};
+    ops::conv_layer(Stream{}, spec, st, idx, N, 0, in);
+    std::vector<double> got, want;
+    for (int32_t n = 0; n < 2; ++n) {
+      const int32_t slot = slots[size_t(n)];
+      auto input = [&](int32_t t) {
+        std::vector<double> v(static_cast<size_t>(C));
+        for (int32_t c = 0; c < C; ++c) v[size_t(c)] = value(x, (int64_t(n) * T + t) * C + c);
+        return v;
+      };
+      auto ancestors = [&](int32_t t) {
+        std::vector<std::vector<double>> xs;
+        for (; t >= 0; t = parent[size_t(n * T + t)]) xs.insert(xs.begin(), input(t));
+        return xs;
+      };
+      for (int32_t t = 0; t < T; ++t) {
+        const std::vector<double> ref_y = ref_conv(ref, history[size_t(slot)], ancestors(t)).back();
+        for (int32_t c = 0; c < C; ++c) {
+          got.push_back(value(y, (int64_t(n) * T + t) * C + c));
+          want.push_back(ref_y[size_t(c)]);
+        }
+      }
+      // The sampler accepts a random node's path.
+      const int32_t node = int32_t(rng() % T);
+      std::vector<int32_t> nodes;
+      for (int32_t t = node; t >= 0; t = parent[size_t(n * T + t)]) nodes.insert(nodes.begin(), t);
+      std::fill(path.begin() + n * T, path.begin() + (n + 1) * T, -1);
+      std::copy(nodes.begin(), nodes.end(), path.begin() + n * T);
+      history[size_t(slot)] = ref_after_accept(history[size_t(slot)], ancestors(node), int(nodes.size()));
+    }
+    EXPECT_LE(rel_error(got, want), io == DType::f32 ? 1e-5 : 1e-2) << "outputs";
+    ops::accept_path(Stream{}, spec, st, idx, N, path.data());
+    if (mode == Mode::two_phase) ops::commit(Stream{}, spec, st, idx, N);
+  }
+  EXPECT_EQ(errors.count, 0u) << to_string(DeviceErrorCode(errors.code));
+  // The state's window, moved to columns [0, W - 1) where the mode keeps it elsewhere: exactly the
+  // reference's history.
+  const std::vector<int32_t> all{0, 1, 2};
+  ops::materialize(Stream{}, spec, st, all.data(), 3);
+  for (int32_t slot = 0; slot < P; ++slot)
+    for (int32_t j = 0; j < W - 1; ++j)
+      for (int32_t c = 0; c < C; ++c)
+        ASSERT_EQ(value(conv_state, slot * conv_row + int64_t(j) * C + c), history[size_t(slot)][size_t(j)][size_t(c)])
+            << "slot " << slot << " column " << j << " channel " << c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ConvTreeRounds,
+                         ::testing::Combine(::testing::Values(Mode::fused_accept, Mode::two_phase),
+                                            ::testing::Values(DType::f32, DType::bf16)),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param) == Mode::fused_accept ? "fused_accept" : "two_phase") +
+                                  "_" + to_string(std::get<1>(p.param));
+                         });
+
+// With the conv, the modes, executions and samplers agree bitwise too (the fused-accept halves read the
+// history through the kept path; two-phase commits the accepted node's conv scratch row).
+TEST(TreeEngine, WithTheConvModesAndExecutionsAgreeBitwise) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const int32_t rounds = 20;
+  const EngineRun reference = run_engine(with_conv(tree_engine(Mode::two_phase, Exec::eager, 3, seed)), rounds);
+  expect_same_runs(run_engine(with_conv(tree_engine(Mode::fused_accept, Exec::graph, 3, seed)), rounds), reference,
+                   "fused-accept graph");
+  HostEngineConfig outside = with_conv(tree_engine(Mode::fused_accept, Exec::eager, 3, seed));
+  outside.runner.sampler_in_graph = false;
+  expect_same_runs(run_engine(outside, rounds), reference, "fused-accept eager, sampler outside");
 }
 
 }  // namespace
