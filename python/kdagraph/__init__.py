@@ -4,7 +4,8 @@ Where engines already call a function, kdagraph offers the same signature and se
 switch by changing an import:
 
 - ``build_fused_accept_indices`` (SGLang's keyword signature);
-- ``recurrent_kda`` (FlashInfer 0.7's signature, spec-decode semantics, its frozen verify).
+- ``recurrent_kda`` (FlashInfer 0.7's signature, spec-decode semantics, its frozen verify), and token trees
+  (``parent_indices=``, SPEC §12).
 
 Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-accept offset window, SPEC
 §9), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``, ``RoundIndices``,
@@ -241,10 +242,11 @@ def build_fused_accept_indices(*, slots: Array, scratch_steps: int, draft_token_
 # ---- FlashInfer: recurrent_kda -------------------------------------------------------------------
 
 def _check_host_indices(B: int, T: int, states_rows: int, write_row, seed_token, seed_row, seeds_rows: int,
-                        names: dict, writes: bool) -> None:
+                        parent, names: dict, writes: bool) -> None:
     """What only the host can check before the verify, on host arrays: every index in range, every
-    accept length in [1, T], and when the call `writes` states, no state row written twice or read by one
-    row while another writes it. `write_row` None: a frozen verify's own rows, which name nothing."""
+    accept length in [1, T], every real row's token tree (`parent`, or None: chains) in topological
+    order, and when the call `writes` states, no state row written twice or read by one row while
+    another writes it. `write_row` None: a frozen verify's own rows, which name nothing."""
     import numpy as np
 
     w = None if write_row is None else _host_view(write_row).reshape(B, T)
@@ -268,9 +270,16 @@ def _check_host_indices(B: int, T: int, states_rows: int, write_row, seed_token,
             b = int(over.nonzero()[0][0])
             raise _bad(names["seed_row"], f"[{b}] = {int(r[b])} is outside the {seeds_rows} rows it indexes")
         seed = r
+    padded = seed < 0
+    if parent is not None:  # SPEC §12: parent[b, t] in [-1, t); a padded row's is never read
+        p = _host_view(parent)
+        bad = ~padded[:, None] & ((p < -1) | (p >= np.arange(T)[None, :]))
+        if bad.any():
+            b, t = (int(x) for x in np.argwhere(bad)[0])
+            raise _bad(names["parent"], f"[{b}, {t}] = {int(p[b, t])} is outside [-1, {t}): a token's parent is an "
+                                        "earlier token of its sequence, or -1 (the seed)")
     if not writes:
         return
-    padded = seed < 0
     written = w[~padded]
     written = written[written >= 0]
     if len(np.unique(written)) != len(written):
@@ -310,7 +319,7 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
                   checkpoint_every_n_tokens: int = 0, checkpoint_state_indices: Optional[Array] = None, *,
                   disable_state_update: bool = False, correction_cache: Optional[Array] = None,
                   kg_cache: Optional[Array] = None, backend: Optional[str] = "auto",
-                  stream: Any = None) -> Tuple[Array, Optional[Array]]:
+                  parent_indices: Optional[Array] = None, stream: Any = None) -> Tuple[Array, Optional[Array]]:
     """FlashInfer 0.7's recurrent KDA with spec-decode semantics (SPEC §1, §11), its signature as is.
 
     q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g ``[B, T, HV, K]`` (log decay, or the raw gate input with
@@ -331,6 +340,18 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
       frozen mode, ``ssm_state_indices [B]`` names each row's seed at any T, no indices seed row b, and
       ``output_final_state=True`` is refused.
 
+    Token trees (SPEC §12, EAGLE's top-k > 1), kdagraph's own keyword: with ``parent_indices [B, T]``
+    (int32, or int64 converted as the indices are; in q's memory) the T tokens of sequence b form a tree,
+    token t updating the state of token ``parent_indices[b, t]`` (-1: the seed) and outputting from its
+    own post-state, which goes where a chain's would (row ``ssm_state_indices[b, t]``). Each entry is in
+    ``[-1, t)`` (topological order, so ``parent_indices[b, 0] = -1``); a chain, ``parent_indices[b, t] =
+    t - 1``, is bitwise the call without. The seed is found as for a chain: row ``ssm_state_indices[b,
+    num_accepted_tokens[b] - 1]`` with num_accepted_tokens = the last accepted node + 1 (or the source's
+    row). Trees go with spec decode (``ssm_state_indices [B, T]``, or ``num_spec_tokens``) and with the
+    frozen verify (the tree's outputs from the one seed, nothing written); a decode (one token per
+    sequence updating its own row) has nothing to branch and refuses ``parent_indices`` by name. On CUDA
+    a tree has at most 16 tokens (more is refused naming ``parent_indices``).
+
     A negative seed index marks a padded row: zero output, nothing read or written. Index arrays are
     int32, or int64 as torch makes them, converted to an int32 copy (on the host, or on the call's stream)
     except on a stream that is capturing a CUDA graph, where int64 is refused: pass int32 to captured calls.
@@ -343,8 +364,10 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     ``InvalidArgument`` naming the argument; so do FlashInfer 0.7 options kdagraph does not implement
     (``seq_order``, ``prefill_workspace``, ``state_checkpoints``, ``checkpoint_cu_starts``,
     ``checkpoint_every_n_tokens``, ``checkpoint_state_indices``, ``correction_cache``, ``kg_cache``, and a
-    ``backend`` other than "auto"), each with nothing changed. On the device, where the host cannot look,
-    lengths are clamped and out-of-range rows skipped, both recorded in ``device_errors("cuda")``.
+    ``backend`` other than "auto"), each with nothing changed; so does, on host arrays, a real row's
+    ``parent_indices`` entry outside ``[-1, t)``. On the device, where the host cannot look, lengths are
+    clamped, out-of-range rows skipped and a parent outside ``[-1, t)`` read as t - 1 (the chain's), each
+    recorded in ``device_errors("cuda")``.
     """
     given = dict(seq_order=seq_order, prefill_workspace=prefill_workspace, state_checkpoints=state_checkpoints,
                  checkpoint_cu_starts=checkpoint_cu_starts, checkpoint_every_n_tokens=checkpoint_every_n_tokens,
@@ -414,11 +437,13 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     ssm_state_indices = _indices(ssm_state_indices, "ssm_state_indices", stream, q)
     num_accepted_tokens = _indices(num_accepted_tokens, "num_accepted_tokens", stream, q)
     initial_state_indices = _indices(initial_state_indices, "initial_state_indices", stream, q)
+    parent_indices = _indices(parent_indices, "parent_indices", stream, q)
 
     # Which rows the verify seeds from and writes to. A frozen verify seeds as the updating call would
     # and writes nothing; its write rows then only locate a seed_token's row (None: its own, unread).
     names = {"states": "initial_state", "seeds": "initial_state", "write_row": "ssm_state_indices",
-             "seed_row": "ssm_state_indices", "seed_token": "num_accepted_tokens", "output": "output"}
+             "seed_row": "ssm_state_indices", "seed_token": "num_accepted_tokens", "output": "output",
+             "parent": "parent_indices"}
     seed_row = seed_token = None
     checked_write_row = None
     if ssm_state_indices is not None and len(ssm_state_indices.shape) == 2:
@@ -480,8 +505,14 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
                 initial_state = initial_state_source
                 names["states"] = "initial_state_source"
 
+    decode = not frozen and T == 1 and num_spec_tokens is None and (
+        ssm_state_indices is None or len(ssm_state_indices.shape) == 1)
+    if parent_indices is not None and decode:
+        raise _bad("parent_indices", "is set for a decode (one token per sequence, updating its own row): a token "
+                                     "tree is for spec decode (ssm_state_indices [B, T] or num_spec_tokens) or a "
+                                     "frozen verify")
     for name, x, shape in (("ssm_state_indices", ssm_state_indices, None), ("num_accepted_tokens", num_accepted_tokens, (B,)),
-                           ("initial_state_indices", initial_state_indices, (B,))):
+                           ("initial_state_indices", initial_state_indices, (B,)), ("parent_indices", parent_indices, (B, T))):
         if x is not None:
             if "int32" not in str(getattr(x, "dtype", "")):
                 raise _bad(name, f"has dtype {getattr(x, 'dtype', type(x).__name__)}; expected int32 (or int64)")
@@ -492,7 +523,7 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
             raise _bad(names["states"], f"has shape {tuple(initial_state.shape)}; expected [N, HV, V, K]")
         seeds_rows = int((seeds if seeds is not None else initial_state).shape[0])
         _check_host_indices(B, T, int(initial_state.shape[0]), checked_write_row, seed_token, seed_row, seeds_rows,
-                            names, writes=not frozen)
+                            parent_indices, names, writes=not frozen)
 
     if output is None:
         output = _new(q, (B, T, HV, V), "like")
@@ -500,7 +531,7 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
                               A_log if use_gate_in_kernel else None, dt_bias if use_gate_in_kernel else None,
                               bool(use_qk_l2norm_in_kernel), scale, gate,
                               float(lower_bound) if lower_bound is not None else -5.0, bool(beta_is_logit),
-                              not frozen, stream, names)
+                              not frozen, parent_indices, stream, names)
     if packed_shape is not None:
         output = output.reshape((1, B * T, HV, V))
     return output, (initial_state if output_final_state else None)

@@ -50,7 +50,7 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
                     nb::handle states_, nb::handle seeds_, nb::handle seed_row_, nb::handle seed_token_,
                     nb::handle write_row_, nb::handle A_log_, nb::handle dt_bias_, bool l2norm, nb::handle scale,
                     const std::string& gate, float lower_bound, bool beta_is_logit, bool write_states,
-                    nb::handle stream, const nb::dict& names) {
+                    nb::handle parent_, nb::handle stream, const nb::dict& names) {
   const Array q = take(q_, name_of(names, "q").c_str());
   require_elem(q, {Elem::f32, Elem::bf16});
   require_shape(q, {-1, -1, -1, -1});
@@ -91,6 +91,10 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   const Array seed_row = index(seed_row_, "seed_row", {B});
   const Array seed_token = index(seed_token_, "seed_token", {B});
   const Array write_row = index(write_row_, "write_row", {B, T});
+  const Array parent = index(parent_, "parent", {B, T});
+  if (parent.data != nullptr && q.backend == Backend::cuda && T > kMaxCudaTreeTokens)
+    throw InvalidArgument(parent.name, parent.name + " is set with T = " + std::to_string(T) + " tokens: the CUDA verify " +
+                                           "keeps a tree's branch states for at most " + std::to_string(kMaxCudaTreeTokens) + " tokens");
   const GateMode gate_mode = gate_from(gate);
   GateArrays gates;
   if (gate_mode != GateMode::precomputed)
@@ -102,11 +106,13 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   spec.tokens = int32_t(T);
   spec.io_dtype = dtype_of(q.elem);
   spec.options = verify_options(l2norm, scale, gate_mode, lower_bound, beta_is_logit);
+  spec.trees = parent.data != nullptr;
   IndexedRows idx;
   idx.seed_row = seed_row.as<const int32_t>();
   idx.seed_token = seed_token.as<const int32_t>();
   idx.write_row = write_row.as<const int32_t>();
   idx.write_states = write_states;
+  idx.parent = parent.as<const int32_t>();
   LayerInputs in;
   in.q = q.data;
   in.k = k.data;
@@ -461,9 +467,10 @@ void bind_ops(nb::module_& m) {
   m.def("_verify_indexed", &verify_indexed, "q"_a, "k"_a, "v"_a, "g"_a, "beta"_a, "output"_a, "states"_a,
         "seeds"_a.none(), "seed_row"_a.none(), "seed_token"_a.none(), "write_row"_a.none(), "A_log"_a.none(),
         "dt_bias"_a.none(), "use_qk_l2norm_in_kernel"_a, "scale"_a.none(), "gate"_a, "lower_bound"_a,
-        "beta_is_logit"_a, "write_states"_a, "stream"_a.none(), "names"_a,
+        "beta_is_logit"_a, "write_states"_a, "parent"_a.none(), "stream"_a.none(), "names"_a,
         "SPEC §11: the verify over rows the caller names (ops::verify_indexed); recurrent_kda's engine. "
-        "write_states False: a frozen verify (disable_state_update), outputs only.");
+        "write_states False: a frozen verify (disable_state_update), outputs only. parent [B, T]: a token tree "
+        "per row (SPEC §12), None: chains.");
   m.def("_build_slot_indices", &build_slot_indices, "slots"_a, "accept_lens_pool"_a, "scratch_steps"_a,
         "draft_token_num"_a, "ssm_state_indices"_a, "num_accepted_tokens"_a, "stream"_a.none(),
         "SPEC §4, §11: SGLang's fused-accept index pair (ops::build_slot_indices).");

@@ -51,22 +51,35 @@ class Case:
                       lower_bound=-4.0 if self.gate == "lower-bound" else None)
         return kw
 
-    def reference(self, b, seed_state):
-        return reference_verify(as_f64(seed_state), as_f64(self.q[b]), as_f64(self.k[b]), as_f64(self.v[b]),
-                                as_f64(self.g[b]), as_f64(self.beta[b]), l2norm=self.l2norm, scale=self.scale,
-                                gate=self.gate, A_log=self.A_log, dt_bias=self.dt_bias, lower_bound=-4.0,
-                                beta_is_logit=self.beta_is_logit)
+    def reference(self, b, seed_state, parent=None):
+        """Row b's (outputs [T, HV, V], post-states [T, HV, V, K]) in fp64: a chain from seed_state, or with
+        `parent` [T] a token tree (SPEC §12), each token a one-token verify from its parent's post-state
+        (-1: from seed_state)."""
+        def run(state, tokens):
+            return reference_verify(as_f64(state), *(as_f64(x[b, tokens]) for x in (self.q, self.k, self.v, self.g, self.beta)),
+                                    l2norm=self.l2norm, scale=self.scale, gate=self.gate, A_log=self.A_log,
+                                    dt_bias=self.dt_bias, lower_bound=-4.0, beta_is_logit=self.beta_is_logit)
+
+        if parent is None:
+            return run(seed_state, slice(None))
+        outs, posts = [], []
+        for t, p in enumerate(parent):
+            o, s = run(seed_state if p < 0 else posts[p], slice(t, t + 1))
+            outs.append(o[0])
+            posts.append(s[0])
+        return np.stack(outs), np.stack(posts)
 
 
-def check_round(case, out, pool_before, seeds, write_rows, tol):
-    """Every output and post-state against fp64; padded rows zero; rows nobody names unchanged."""
+def check_round(case, out, pool_before, seeds, write_rows, tol, parent=None):
+    """Every output and post-state against fp64 (of the token trees `parent` [B, T] when given); padded
+    rows zero; rows nobody names unchanged."""
     assert not np.isnan(as_f64(out)).any(), "an output element was not written"
     written = set()
     for b in range(case.B):
         if seeds[b] is None:
             assert (as_f64(out[b]) == 0).all(), f"padded row {b} must output zeros"
             continue
-        want_o, want_posts = case.reference(b, seeds[b])
+        want_o, want_posts = case.reference(b, seeds[b], None if parent is None else parent[b])
         assert rel_error(out[b], want_o) <= tol, f"outputs of row {b}"
         for t in range(case.T):
             r = write_rows[b][t]
