@@ -443,6 +443,11 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   p.state_row_align = row_align;
   p.row_slot = c.state_indices;
   p.row_accept = c.num_accepted;
+  if (c.parent != nullptr) detail::require_buffer(where, "parent", c.parent, alignof(int32_t));
+  if (c.accept_index != nullptr) detail::require_buffer(where, "accept_index", c.accept_index, alignof(int32_t));
+  p.parent = c.parent;
+  p.row_path = c.accept_index;
+  p.path_tokens = c.tokens;
   p.errors = c.errors;
   detail::enqueue<ConvOp>(s, p, /*pdl=*/false);
 }

@@ -122,6 +122,9 @@ struct ConvParams {
   const int32_t* parent = nullptr;
   const int32_t* slot_path = nullptr;
   int32_t path_tokens = 0;
+  // in_place (short_conv, SPEC §11, §12): [N, path_tokens] the path each row accepted last round, read
+  // as slot_path is (row n's instead of its slot's); a row whose path is empty reads as a chain.
+  const int32_t* row_path = nullptr;
   DeviceErrorWord* errors = nullptr;
 };
 
@@ -135,19 +138,19 @@ struct ConvRow {
   int32_t read = 0;
   int32_t write = 0;
   int32_t keep = 0;
-  // Halves with a tree's kept path (SPEC §12): the history is half `base`'s base columns, then new
-  // columns path[0], ..., path[nodes - 1]; `read` is not used.
+  // With a tree's kept path (SPEC §12): the history is the `kept` columns from `base` (halves: W - 1,
+  // in_place: W - 2), then the new columns after them path[0], ..., path[nodes - 1]; `read` is not used.
   const int32_t* path = nullptr;
-  int32_t nodes = 0, base = 0;
+  int32_t nodes = 0, base = 0, kept = 0;
   KDA_HD bool padded() const { return state == nullptr; }
 };
 
 // Column of the j-th input (oldest first) of a row's window of `width` - 1 inputs: `read` + j, or with a
-// kept path (halves, SPEC §12) position nodes + j of base ++ new[path].
+// kept path (SPEC §12) input kept + nodes - (W - 1) + j of the history base ++ new[path].
 KDA_HD int32_t conv_history_column(const ConvRow& r, int32_t width, int32_t j) {
   if (r.path == nullptr) return r.read + j;
-  const int32_t i = r.nodes + j;
-  return i < width - 1 ? r.base + i : r.base + width - 1 + r.path[i - (width - 1)];
+  const int32_t i = r.kept + r.nodes - (width - 1) + j;
+  return i < r.kept ? r.base + i : r.base + r.kept + r.path[i - r.kept];
 }
 
 // Row n as slot `slot` with accept length `accept` and parity `parity` (used in the layouts that keep
@@ -172,6 +175,13 @@ KDA_HD ConvRow conv_row_at(const ConvParams& p, int32_t n, int32_t slot, int32_t
       r.path = p.slot_path + int64_t(slot) * p.path_tokens;
       r.nodes = a > 0 ? kept_path_nodes(r.path, p.path_tokens) : 0;
       r.base = conv_window_column(p.layout, 0, half, p.width, p.scratch_steps);
+      r.kept = p.width - 1;
+    } else if (p.row_path != nullptr && p.layout == ConvLayout::in_place) {
+      r.path = p.row_path + int64_t(n) * p.path_tokens;
+      r.nodes = kept_path_nodes(r.path, p.path_tokens);
+      r.base = 0;
+      r.kept = p.width - 2;
+      if (r.nodes == 0) r.path = nullptr;  // nothing accepted down a tree: the chain's window at column 0
     }
   }
   char* state = layer_base(p.state, p.layer);
@@ -226,7 +236,8 @@ KDA_HD float conv_output_value(const ConvParams& p, const float (&w)[W], const f
   return conv_activation(p.activation, acc);
 }
 
-// SPEC §12: the T tokens of one channel of a token tree (`parent`, the row's checked tree): token t's
+// SPEC §12: the T tokens of one channel of a token tree (`parent`, the row's tree; a parent outside
+// [-1, t), possible in short_conv's caller memory, is read as t - 1 and recorded by channel 0): token t's
 // window is the inputs of its nearest W - 1 ancestors, oldest first, preceded by the last inputs of
 // the row's history `hist` (as stored) where it has fewer. Its outputs and what it writes are the
 // chain's in every other way (a chain given as a tree is bitwise the chain): the history (halves: the
@@ -235,17 +246,18 @@ KDA_HD float conv_output_value(const ConvParams& p, const float (&w)[W], const f
 // Every array is indexed with constants (registers on the device).
 template <int W, class IoT>
 KDA_HD void conv_tree_tokens(const ConvParams& p, const ConvRow& r, const int32_t* parent, const IoT* x,
-                             const IoT (&hist)[W - 1], const float (&w)[W], float bias, IoT* state, int32_t c,
-                             IoT* y, int64_t y_stride, bool writes_state, bool writes_history, int64_t token0) {
+                             const IoT (&hist)[W - 1], const float (&w)[W], float bias, IoT* state, int32_t n,
+                             int32_t c, IoT* y, int64_t y_stride, bool writes_state, bool writes_history,
+                             int64_t token0) {
   const int64_t C = p.channels;
   for (int32_t t = 0; t < p.tokens; ++t) {
     IoT ancestors[W - 1];  // nearest first
-    int32_t used = 0, node = parent[t];
+    int32_t used = 0, node = checked_parent(parent, t, n, p.errors, c == 0);
     for (int k = 0; k < W - 1; ++k) {
       const bool in_round = node >= 0;
       ancestors[k] = in_round ? x[node * C] : IoT{};
       used += in_round;
-      node = in_round ? parent[node] : -1;
+      node = in_round ? checked_parent(parent, node, n, p.errors, false) : -1;
     }
     IoT raw[W - 1];
     float window[W - 1];
@@ -298,7 +310,7 @@ KDA_HD void conv_channel_into(const ConvParams& p, const ConvRow& r, int32_t n, 
 
   const IoT* x = static_cast<const IoT*>(p.x) + token0 * C + c;
   if (p.parent != nullptr) {
-    conv_tree_tokens<W, IoT>(p, r, p.parent + token0, x, raw, w, bias, state, c, y, y_stride, writes_state,
+    conv_tree_tokens<W, IoT>(p, r, p.parent + token0, x, raw, w, bias, state, n, c, y, y_stride, writes_state,
                              writes_history, token0);
     return;
   }
@@ -382,12 +394,12 @@ struct ConvWindowMove {
   char* dst;
   // With a kept path (src is then the row's start): where each column comes from (ConvRow's fields).
   const int32_t* path;
-  int32_t nodes, base;
+  int32_t nodes, base, kept;
 };
 
 KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int32_t layer, bool report_accept,
                                        bool report_layer) {
-  const ConvWindowMove none{nullptr, nullptr, nullptr, 0, 0};
+  const ConvWindowMove none{nullptr, nullptr, nullptr, 0, 0, 0};
   // A commit's entries are the round's checked row slots; a materialize list is checked here.
   const int32_t slot = p.accept_of != nullptr ? (p.slot_of[e] < p.slots ? p.slot_of[e] : -1)
                                               : checked_slot(p.slot_of, e, p.slots, p.errors, report_accept);
@@ -402,6 +414,7 @@ KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int
     from.path = p.slot_path + int64_t(slot) * p.path_tokens;
     from.nodes = kept_path_nodes(from.path, p.path_tokens);
     from.base = conv_window_column(ConvLayout::halves, 0, p.round_parity[slot], p.width, p.scratch_steps);
+    from.kept = p.width - 1;
   }
   char* state = layer_base(p.state, layer);
   char* scratch = p.from_scratch ? layer_base(p.scratch, layer) : nullptr;
@@ -411,9 +424,9 @@ KDA_HD ConvWindowMove conv_window_move(const ConvWindowParams& p, int32_t e, int
   }
   char* dst = state_row(state, p.state, slot);
   if (p.from_scratch)
-    return ConvWindowMove{state_row(scratch, p.scratch, scratch_row(slot, a - 1, p.scratch_steps)), dst, nullptr, 0, 0};
-  if (from.path != nullptr) return ConvWindowMove{dst, dst, from.path, from.nodes, from.base};
-  return ConvWindowMove{dst + int64_t(column) * p.channels * elem_bytes(p.io_dtype), dst, nullptr, 0, 0};
+    return ConvWindowMove{state_row(scratch, p.scratch, scratch_row(slot, a - 1, p.scratch_steps)), dst, nullptr, 0, 0, 0};
+  if (from.path != nullptr) return ConvWindowMove{dst, dst, from.path, from.nodes, from.base, from.kept};
+  return ConvWindowMove{dst + int64_t(column) * p.channels * elem_bytes(p.io_dtype), dst, nullptr, 0, 0, 0};
 }
 
 // Channel c of a move, elements of type E (the io dtype's bits), oldest column first. A materialize
@@ -430,6 +443,7 @@ KDA_HD void conv_window_channel(const ConvWindowParams& p, const ConvWindowMove&
     from.path = m.path;
     from.nodes = m.nodes;
     from.base = m.base;
+    from.kept = m.kept;
     for (int32_t j = 0; j < p.width - 1; ++j) dst[j * C] = src[int64_t(conv_history_column(from, p.width, j)) * C];
     return;
   }

@@ -219,6 +219,15 @@ struct ShortConvCall {
   StateView conv_state;
   const int32_t* state_indices = nullptr;  // [B] negative: a padded row (zero output, nothing read or written)
   const int32_t* num_accepted = nullptr;   // [B] the window starts at column max(a - 1, 0)
+  // SPEC §12, optional: [B, T] this call's token tree per row (parent[b][t] in [-1, t); outside is read as
+  // t - 1 and recorded): token t's window runs back along its ancestors ...
+  const int32_t* parent = nullptr;
+  // ... and [B, T] the path each row accepted in the call before (SGLang's accept_index: node indices
+  // from the root, -1 after the end), whose inputs that call wrote at columns [W - 2, W - 2 + T): the
+  // window is then the last W - 1 inputs of columns [0, W - 2) followed by those columns in path order,
+  // not column max(a - 1, 0). A row with an empty path (-1 first) reads as a chain. Entries outside
+  // [0, T) end the path.
+  const int32_t* accept_index = nullptr;
   DeviceErrorWord* errors = nullptr;       // optional: clamped accept lengths, rows outside [0, N)
 };
 

@@ -580,5 +580,100 @@ TEST(TreeEngine, WithTheConvModesAndExecutionsAgreeBitwise) {
   expect_same_runs(run_engine(outside, rounds), reference, "fused-accept eager, sampler outside");
 }
 
+// SPEC §11, §12: short_conv with token trees (in place, SGLang's layout): each call's tree, and the path
+// the call before accepted, against the fp64 conv reference; a call given chains and no path is bitwise
+// the call without either.
+TEST(ShortConvTrees, MatchTheReferenceOverCalls) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  constexpr int32_t B = 2, T = 5, S = 5, W = 4, C = 8;
+  const int64_t columns = W - 2 + S;
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> state(size_t(B * columns * C)), weight(size_t(C * W)), x(size_t(B * T * C)), y(x.size());
+  for (float& v : state) v = d(rng);
+  for (float& v : weight) v = d(rng);
+  RefConv ref;
+  ref.channels = C;
+  ref.width = W;
+  ref.weight.assign(weight.begin(), weight.end());
+  auto column = [&](int32_t b, int64_t j) {
+    return std::vector<double>(state.begin() + (b * columns + j) * C, state.begin() + (b * columns + j + 1) * C);
+  };
+  std::vector<std::vector<std::vector<double>>> history(B);
+  for (int32_t b = 0; b < B; ++b)
+    for (int32_t j = 0; j < W - 1; ++j) history[size_t(b)].push_back(column(b, j));
+  std::vector<int32_t> indices{1, 0}, accepted(B, 0), parent(size_t(B * T)), path(size_t(B * T), -1);
+  DeviceErrorWord errors;
+  ShortConvCall call;
+  call.conv = ConvShape{C, W, ConvActivation::silu};
+  call.batch = B;
+  call.tokens = T;
+  call.scratch_steps = S;
+  call.x = x.data();
+  call.weight = weight.data();
+  call.y = y.data();
+  call.conv_state = state_view(state.data(), DType::f32, 1, B * columns * C, B, columns * C);
+  call.state_indices = indices.data();
+  call.num_accepted = accepted.data();
+  call.parent = parent.data();
+  call.errors = &errors;
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE("call " + std::to_string(round));
+    for (float& v : x) v = d(rng);
+    for (int32_t b = 0; b < B; ++b) {
+      const std::vector<int32_t> tree = random_tree(rng, T);
+      std::copy(tree.begin(), tree.end(), parent.begin() + b * T);
+    }
+    call.accept_index = round == 0 ? nullptr : path.data();
+    ops::short_conv(Stream{}, call);
+    std::vector<double> got, want;
+    for (int32_t b = 0; b < B; ++b) {
+      const int32_t row = indices[size_t(b)];
+      auto ancestors = [&](int32_t t) {
+        std::vector<std::vector<double>> xs;
+        for (; t >= 0; t = parent[size_t(b * T + t)])
+          xs.insert(xs.begin(), std::vector<double>(x.begin() + (b * T + t) * C, x.begin() + (b * T + t + 1) * C));
+        return xs;
+      };
+      for (int32_t t = 0; t < T; ++t) {
+        const std::vector<double> ref_y = ref_conv(ref, history[size_t(row)], ancestors(t)).back();
+        for (int32_t c = 0; c < C; ++c) {
+          got.push_back(y[size_t((b * T + t) * C + c)]);
+          want.push_back(ref_y[size_t(c)]);
+        }
+      }
+      const int32_t node = int32_t(rng() % T);
+      std::vector<int32_t> nodes;
+      for (int32_t t = node; t >= 0; t = parent[size_t(b * T + t)]) nodes.insert(nodes.begin(), t);
+      std::fill(path.begin() + b * T, path.begin() + (b + 1) * T, -1);
+      std::copy(nodes.begin(), nodes.end(), path.begin() + b * T);
+      accepted[size_t(b)] = node + 1;
+      history[size_t(row)] = ref_after_accept(history[size_t(row)], ancestors(node), int(nodes.size()));
+    }
+    EXPECT_LE(rel_error(got, want), 1e-5) << "outputs";
+  }
+  EXPECT_EQ(errors.count, 0u);
+
+  // Chains given as trees, with an accepted path that is a chain's prefix: bitwise the chain call.
+  std::vector<float> chain_state = state, chain_y(y.size());
+  for (int32_t b = 0; b < B; ++b)
+    for (int32_t t = 0; t < T; ++t) {
+      parent[size_t(b * T + t)] = t - 1;
+      path[size_t(b * T + t)] = t < accepted[size_t(b)] ? t : -1;
+    }
+  for (float& v : x) v = d(rng);
+  ShortConvCall chain = call;
+  chain.parent = nullptr;
+  chain.accept_index = nullptr;
+  chain.y = chain_y.data();
+  chain.conv_state.base = chain_state.data();
+  call.accept_index = path.data();
+  ops::short_conv(Stream{}, call);
+  ops::short_conv(Stream{}, chain);
+  EXPECT_EQ(first_difference(y, chain_y), -1);
+  EXPECT_EQ(first_difference(state, chain_state), -1);
+}
+
 }  // namespace
 }  // namespace kdagraph::test
