@@ -227,6 +227,7 @@ VerifyParams round_verify_params(const RoundSpec& spec, const SlotStorage& stora
     p.replay_count = idx.seed_accept;
     p.replay_from = idx.replay_from;
     p.cache_to = idx.cache_to;
+    if (needs_accept_path(spec)) p.slot_path = storage.accept_path;
   }
   if (batch != nullptr) p.pre_round = index_params(spec, storage, *batch);
   return p;
@@ -540,6 +541,7 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
       v.slots = storage.slots;
       v.accept_len = storage.accept_len;
       v.round_parity = storage.round_parity;
+      if (needs_accept_path(spec)) v.slot_path = storage.accept_path;
       if (gate_in_kernel) {
         v.A_log = gates[l].A_log;
         v.dt_bias = gates[l].dt_bias;

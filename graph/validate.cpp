@@ -76,10 +76,6 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   require(is_dtype(spec.io_dtype), where, "io_dtype", "is not f32 or bf16");
   require(is_mode(spec.mode), where, "mode", [&] { return "= " + std::to_string(int(spec.mode)) + " is not a Mode"; });
   validate_conv_shape(where, spec.conv, m);
-  if (spec.trees) {  // SPEC §12: what is built for token trees so far
-    require(spec.mode != Mode::replay, where, "trees", "is set in replay mode: token trees run in fused-accept and "
-                                                      "two-phase modes (replay's kept path is not built yet)");
-  }
   if (spec.options.gate == GateMode::lower_bound)
     require(spec.options.gate_lower_bound < 0.0f, where, "options.gate_lower_bound",
             [&] { return "= " + std::to_string(spec.options.gate_lower_bound) + " must be negative"; });

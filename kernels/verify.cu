@@ -33,14 +33,16 @@ using namespace verify_detail;
 // A VerifyRow in shared memory, which is never constructed: its fields, copied in and out.
 struct SharedVerifyRow {
   int32_t seed_pool, seed_scratch, replay, replay_from, cache_to;
+  const int32_t* path;
   __device__ void set(const VerifyRow& r) {
     seed_pool = r.seed_pool;
     seed_scratch = r.seed_scratch;
     replay = r.replay;
     replay_from = r.replay_from;
     cache_to = r.cache_to;
+    path = r.path;
   }
-  __device__ VerifyRow get() const { return VerifyRow{seed_pool, seed_scratch, replay, replay_from, cache_to}; }
+  __device__ VerifyRow get() const { return VerifyRow{seed_pool, seed_scratch, replay, replay_from, cache_to, path}; }
 };
 
 // The fused conv's inputs of a chunk, at the conv's width: staged x convolved into q, k and v, and the

@@ -78,6 +78,10 @@ struct VerifyParams {
   int32_t slots = 0;
   const int32_t* accept_len = nullptr;
   const int32_t* round_parity = nullptr;
+  // SPEC §12, replay of token trees: each slot's kept path [slots, cache_tokens] (SlotStorage::
+  // accept_path); the replayed tokens are the cache row's tokens path[0], path[1], ... in path order
+  // (as many as the path has nodes), not its first accept_len. Null: chains.
+  const int32_t* slot_path = nullptr;
 
   // SPEC §9, the short convolution fused in (one kernel per layer): with conv.width > 0 each new
   // token's q, k and v are the conv of conv.x over its row's conv history, rounded to the io dtype as the
@@ -99,7 +103,10 @@ struct VerifyRow {
   int32_t replay = 0;         // cached tokens to replay first
   int32_t replay_from = -1;   // their cache row
   int32_t cache_to = -1;      // cache row for the new tokens' inputs, or -1
+  const int32_t* path = nullptr;  // replay of a tree: the slot's kept path, whose nodes are the replayed tokens
   KDA_HD bool padded() const { return seed_pool < 0 && seed_scratch < 0; }
+  // The cache row's token that replayed token u is.
+  KDA_HD int32_t replay_token(int32_t u) const { return path != nullptr ? path[u] : u; }
 };
 
 KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
@@ -111,6 +118,11 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
     if (a == 0) return r;  // nothing pending: the pool holds the state already
     r.seed_pool = slot;
     r.replay = a;
+    if (p.slot_path != nullptr) {
+      r.path = p.slot_path + int64_t(slot) * p.cache_tokens;
+      r.replay = kept_path_nodes(r.path, p.cache_tokens);
+      if (r.replay == 0) return VerifyRow{};
+    }
     r.replay_from = cache_row(slot, p.round_parity[slot] & 1);
     return r;
   }
@@ -133,6 +145,10 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
     // Built by the index build, but in memory the caller owns: a prefix longer than a cache row holds
     // is clamped, and a cache row outside the view is not read (no prefix) or not written (recorded).
     r.replay = checked_accept(p.replay_count[n], 0, p.cache_tokens, n, p.errors, report);
+    if (r.replay > 0 && p.slot_path != nullptr && r.seed_pool >= 0) {  // replay seeds from pool[slot]
+      r.path = p.slot_path + int64_t(r.seed_pool) * p.cache_tokens;
+      r.replay = kept_path_nodes(r.path, p.cache_tokens);
+    }
     r.replay_from = r.replay > 0 ? p.replay_from[n] : -1;
     if (r.replay > 0 && (r.replay_from < 0 || r.replay_from >= p.token_cache.rows)) {
       if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, r.replay_from);

@@ -120,12 +120,13 @@ struct UnitTokens {
 
   TokenSource source(int32_t u) const {
     TokenSource src;
-    if (u < r.replay) {
+    if (u < r.replay) {  // a tree replays its kept path's tokens in path order
+      const int32_t tu = r.replay_token(u);
       src.k = src.v = src.g = src.beta = cache_row;
-      src.k_off = cache.k_offset(u, hq);
-      src.v_off = cache.v_offset(u, h);
-      src.g_off = cache.g_offset(u, h);
-      src.beta_off = cache.beta_offset(u, h);
+      src.k_off = cache.k_offset(tu, hq);
+      src.v_off = cache.v_offset(tu, h);
+      src.g_off = cache.g_offset(tu, h);
+      src.beta_off = cache.beta_offset(tu, h);
       return src;
     }
     const int64_t tok = int64_t(n) * p.tokens + (u - r.replay);

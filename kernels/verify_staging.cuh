@@ -136,11 +136,12 @@ template <int K, bool kConv, class IoT>
 __device__ __forceinline__ TokenPtrs<IoT> token_ptrs(const VerifyParams& p, const BlockRow& b, int32_t u) {
   constexpr int V = K;
   const int32_t HV = p.value_heads;
-  if (u < b.r.replay) {
+  if (u < b.r.replay) {  // a tree replays its kept path's tokens in path order
     const TokenCacheLayout c{p.cache_tokens, p.heads, HV, K, V};
     const IoT* row = reinterpret_cast<const IoT*>(b.cache_from);
-    return {nullptr, row + c.k_offset(u, b.hq), row + c.g_offset(u, b.h), row + c.v_offset(u, b.h) + b.v0,
-            row + c.beta_offset(u, b.h)};
+    const int32_t tu = b.r.replay_token(u);
+    return {nullptr, row + c.k_offset(tu, b.hq), row + c.g_offset(tu, b.h), row + c.v_offset(tu, b.h) + b.v0,
+            row + c.beta_offset(tu, b.h)};
   }
   const int64_t tok = int64_t(b.n) * p.tokens + (u - b.r.replay);
   const IoT* g = static_cast<const IoT*>(p.g) + (tok * HV + b.h) * K;

@@ -111,8 +111,9 @@ struct RoundSpec {
   // SPEC §12: the round's tokens of a row may form a tree (BatchView::parent), and the sampler accepts a
   // root-to-node path (ops::accept_path). Off: every round is a chain, and a batch's parent is refused.
   // With a tree, the verify keeps the states later tokens branch from aside (in fp32), so at most
-  // kMaxCudaTreeTokens tokens on CUDA. Fused-accept and two-phase (not replay yet); with a conv, its
-  // own launch (conv_layer) before the verify, not fused into it (conv_verify_layer refuses trees).
+  // kMaxCudaTreeTokens tokens on CUDA. Every mode (replay replays the kept path, SlotStorage::
+  // accept_path); with a conv, its own launch (conv_layer) before the verify, not fused into it
+  // (conv_verify_layer refuses trees).
   bool trees = false;
 };
 
@@ -161,8 +162,8 @@ struct RoundIndices {
   int32_t* parent = nullptr;        // [N, T] the checked token tree (SPEC §12): chains when the round has none
 };
 
-// Whether a round keeps SlotStorage::accept_path: token trees with the conv state's halves (fused
-// accept with a conv).
+// Whether a round keeps SlotStorage::accept_path: token trees in replay (its token cache) or with the
+// conv state's halves (fused accept with a conv).
 bool needs_accept_path(const RoundSpec& spec);
 
 // Whether a round keeps SlotStorage::round_parity: replay (its token cache), and the offset-window modes

@@ -304,9 +304,6 @@ TEST(Trees, MisuseIsRefusedByNameAndChangesNothing) {
   expect_refused("batch.parent", [&] { ops::build_indices(r.s, chains, r.storage, r.batch, r.idx); });
   expect_refused("spec.trees", [&] { ops::accept_path(r.s, chains, r.storage, r.idx, 3, r.accept_index.data()); });
   expect_refused("accept_index", [&] { ops::accept_path(r.s, r.spec, r.storage, r.idx, 3, nullptr); });
-  RoundSpec replay = r.spec;
-  replay.mode = Mode::replay;
-  expect_refused("trees", [&] { ops::build_indices(r.s, replay, r.storage, r.batch, r.idx); });
   RoundIndices no_parent = r.idx;
   no_parent.parent = nullptr;
   expect_refused("idx.parent", [&] { ops::verify_layer(r.s, r.spec, r.storage, no_parent, 3, 0, r.inputs(0)); });
@@ -368,6 +365,11 @@ TEST(TreeEngine, ModesExecutionsAndSamplersAgreeBitwise) {
   expect_same_runs(run_engine(outside, rounds), reference, "fused-accept eager, sampler outside");
   HostEngineConfig two_phase_graph = tree_engine(Mode::two_phase, Exec::graph, 3, seed);
   expect_same_runs(run_engine(two_phase_graph, rounds), reference, "two-phase graph");
+  // Replay keeps no per-token states: it replays the kept path's cached tokens in path order.
+  expect_same_runs(run_engine(tree_engine(Mode::replay, Exec::graph, 3, seed), rounds), reference, "replay graph");
+  HostEngineConfig replay_outside = tree_engine(Mode::replay, Exec::eager, 3, seed);
+  replay_outside.runner.sampler_in_graph = false;
+  expect_same_runs(run_engine(replay_outside, rounds), reference, "replay eager, sampler outside");
 }
 
 // A top-1 tree is a chain, and the sampler accepts down it with the chain sampler's draws: the engine is
@@ -578,6 +580,8 @@ TEST(TreeEngine, WithTheConvModesAndExecutionsAgreeBitwise) {
   HostEngineConfig outside = with_conv(tree_engine(Mode::fused_accept, Exec::eager, 3, seed));
   outside.runner.sampler_in_graph = false;
   expect_same_runs(run_engine(outside, rounds), reference, "fused-accept eager, sampler outside");
+  expect_same_runs(run_engine(with_conv(tree_engine(Mode::replay, Exec::graph, 3, seed)), rounds), reference,
+                   "replay graph");
 }
 
 // SPEC §11, §12: short_conv with token trees (in place, SGLang's layout): each call's tree, and the path

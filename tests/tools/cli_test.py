@@ -223,7 +223,13 @@ def check_case(mode, exec_kind, extra=()):
 def check_trees():
     # SPEC 12: top-3 trees of T = 6 tokens, a random path accepted, checked bitwise against the two-phase
     # eager reference (which verifies the same trees) in fused-accept graphs.
-    check_case("fused-accept", "graph", ["--tree", "3", "--draft", "5", "--no-conv"])
+    check_case("fused-accept", "graph", ["--tree", "3", "--draft", "5"])
+
+
+@case
+def check_trees_replay():
+    # Replay replays each slot's accepted path from its token cache row, in path order.
+    check_case("replay", "graph", ["--tree", "2", "--draft", "4"])
 
 
 @case
