@@ -69,6 +69,7 @@ struct UnitScratch {
   int32_t* write_row;
   float* kept = nullptr;     // [T + 1][kRowGroup][kp] with a tree
   int32_t* parent = nullptr; // [T] with a tree
+  int32_t* keeps = nullptr;  // [T + 1] with a tree: whether a later token branches from state j (tree_branch_points)
 
   static int64_t conv_floats(const VerifyParams& p) {
     return p.conv.width > 0 ? padded_lanes(int32_t(int64_t(p.tokens) * (2 * p.head_k + p.head_v))) : 0;
@@ -80,7 +81,8 @@ struct UnitScratch {
     const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
     const int64_t floats = (3 * tokens + kRowGroup) * padded_lanes(p.head_k) + padded_lanes(int32_t(tokens)) +
                            conv_floats(p) + kept_floats(p);
-    return size_t(floats) * sizeof(float) + size_t(p.tokens) * sizeof(int32_t) * (p.parent != nullptr ? 2 : 1);
+    return size_t(floats) * sizeof(float) + size_t(p.tokens) * sizeof(int32_t) +
+           (p.parent != nullptr ? size_t(2 * p.tokens + 1) * sizeof(int32_t) : 0);
   }
   UnitScratch(void* base, const VerifyParams& p) : kp(padded_lanes(p.head_k)) {
     const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
@@ -94,7 +96,10 @@ struct UnitScratch {
     float* kept_base = conv_base + conv_floats(p);
     if (p.parent != nullptr) kept = kept_base;
     write_row = reinterpret_cast<int32_t*>(kept_base + kept_floats(p));
-    if (p.parent != nullptr) parent = write_row + p.tokens;
+    if (p.parent != nullptr) {
+      parent = write_row + p.tokens;
+      keeps = parent + p.tokens;
+    }
   }
 };
 
@@ -252,7 +257,7 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
   for (int32_t t = 0; t < u.count; ++t) {
     if (w.parent != nullptr && t >= replay) {  // a tree: keep the seed of the new tokens, or branch
       const int32_t parent = w.parent[t - replay];
-      if (t == replay) std::memcpy(kept(0), w.rows, size_t(group_floats) * sizeof(float));
+      if (t == replay && w.keeps[0]) std::memcpy(kept(0), w.rows, size_t(group_floats) * sizeof(float));
       else if (parent != t - replay - 1) std::memcpy(w.rows, kept(parent + 1), size_t(group_floats) * sizeof(float));
     }
     const TokenSource src = u.tokens.source(t);
@@ -268,7 +273,8 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
       continue;
     }
     for (int r = 0; r < R; ++r) o[src.o_off + j + r] = math::from_f32<IoT>(out[r]);
-    if (w.parent != nullptr) std::memcpy(kept(t - replay + 1), w.rows, size_t(group_floats) * sizeof(float));
+    if (w.parent != nullptr && w.keeps[t - replay + 1])
+      std::memcpy(kept(t - replay + 1), w.rows, size_t(group_floats) * sizeof(float));
     const int32_t write_row = w.write_row[t - replay];
     if (write_row < 0) continue;
     StateT* post = reinterpret_cast<StateT*>(state_row(u.scratch, p.scratch, write_row)) + u.tokens.h * head_elems;
@@ -341,8 +347,13 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
     w.beta[t] = math::beta_value(p.options, io_value<IoT>(src.beta, src.beta_off));
   }
   for (int32_t t = 0; t < T; ++t) w.write_row[t] = post_state_row(p, n, t, reports);
-  if (w.parent != nullptr)
-    for (int32_t t = 0; t < T; ++t) w.parent[t] = checked_parent(p.parent + int64_t(n) * T, t, n, p.errors, reports);
+  if (w.parent != nullptr) {  // the states a later token branches from are kept aside: a chain keeps none
+    for (int32_t t = 0; t <= T; ++t) w.keeps[t] = 0;
+    for (int32_t t = 0; t < T; ++t) {
+      w.parent[t] = checked_parent(p.parent + int64_t(n) * T, t, n, p.errors, reports);
+      if (w.parent[t] != t - 1) w.keeps[w.parent[t] + 1] = 1;
+    }
+  }
 
   int32_t j = unit.first_v;
   for (; j + kRowGroup <= unit.end_v; j += kRowGroup) verify_rows<kRowGroup, IoT, StateT>(p, rows, w, j, streaming);

@@ -18,6 +18,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/indices.h"
 #include "kernels/memory.h"
+#include "kernels/synthetic.h"
 #include "kernels/verify.h"
 
 namespace kdagraph {
@@ -40,54 +41,80 @@ double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(
 
 BENCHMARK(BM_Memcpy)->Arg(256)->UseRealTime()->Unit(benchmark::kMillisecond)->ComputeStatistics("min", fastest);
 
-// Args: rows, value heads, T. K = V = 128, fp32 state and inputs, every row seeded from scratch.
-void BM_VerifyCpu(benchmark::State& state) {
-  const int32_t N = int32_t(state.range(0)), HV = int32_t(state.range(1)), T = int32_t(state.range(2));
-  const int32_t K = 128, V = 128, S = T, P = N;
-  const size_t head = size_t(K) * V;
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> d(-0.1f, 0.1f);
-  auto buffer = [&](size_t n) {
-    detail::Buffer b(Backend::cpu, n * 4);
-    for (size_t i = 0; i < n; ++i) b.as<float>()[i] = d(rng);
-    return b;
-  };
-  detail::Buffer q = buffer(size_t(N) * T * HV * K), k = buffer(size_t(N) * T * HV * K);
-  detail::Buffer v = buffer(size_t(N) * T * HV * V), g = buffer(size_t(N) * T * HV * K);
-  detail::Buffer beta = buffer(size_t(N) * T * HV), o = buffer(size_t(N) * T * HV * V);
-  detail::Buffer pool = buffer(size_t(P) * HV * head), scratch = buffer(size_t(P) * S * HV * head);
-  std::vector<int32_t> seed_pool(size_t(N), -1), seed_scratch(static_cast<size_t>(N)), write_row(size_t(N) * T);
-  for (int32_t n = 0; n < N; ++n) {
-    seed_scratch[size_t(n)] = n * S + (n % T);
-    for (int32_t t = 0; t < T; ++t) write_row[size_t(n) * T + t] = n * S + t;
-  }
+// One verify of N rows x HV value heads x T tokens, K = V = 128, fp32 state and inputs, every row seeded
+// from scratch; with `top_k` > 0 the rows' tokens form hashed top-K trees (SPEC §12, synthetic_tree; 1 is
+// a chain given as a tree).
+struct VerifyBench {
+  detail::Buffer q, k, v, g, beta, o, pool, scratch;
+  std::vector<int32_t> seed_pool, seed_scratch, write_row, parent;
   VerifyParams p;
-  p.rows = N;
-  p.tokens = T;
-  p.heads = HV;
-  p.value_heads = HV;
-  p.head_k = K;
-  p.head_v = V;
-  p.options.l2norm_qk = true;
-  p.q = q.data();
-  p.k = k.data();
-  p.v = v.data();
-  p.g = g.data();
-  p.beta = beta.data();
-  p.o = o.data();
-  const StateGeometry geo{1, P, S, HV, V, K};
-  p.pool = pool_view(geo, pool.data(), DType::f32);
-  p.scratch = scratch_view(geo, scratch.data(), DType::f32);
-  p.seed_pool = seed_pool.data();
-  p.seed_scratch = seed_scratch.data();
-  p.write_row = write_row.data();
-  for (auto _ : state) {
-    verify_cpu(p);
-    benchmark::ClobberMemory();
+  int64_t state_bytes = 0;
+
+  VerifyBench(int32_t N, int32_t HV, int32_t T, int32_t top_k) {
+    const int32_t K = 128, V = 128, S = T, P = N;
+    const size_t head = size_t(K) * V;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> d(-0.1f, 0.1f);
+    auto buffer = [&](size_t n) {
+      detail::Buffer b(Backend::cpu, n * 4);
+      for (size_t i = 0; i < n; ++i) b.as<float>()[i] = d(rng);
+      return b;
+    };
+    q = buffer(size_t(N) * T * HV * K);
+    k = buffer(size_t(N) * T * HV * K);
+    v = buffer(size_t(N) * T * HV * V);
+    g = buffer(size_t(N) * T * HV * K);
+    beta = buffer(size_t(N) * T * HV);
+    o = buffer(size_t(N) * T * HV * V);
+    pool = buffer(size_t(P) * HV * head);
+    scratch = buffer(size_t(P) * S * HV * head);
+    seed_pool.assign(size_t(N), -1);
+    seed_scratch.resize(size_t(N));
+    write_row.resize(size_t(N) * T);
+    for (int32_t n = 0; n < N; ++n) {
+      seed_scratch[size_t(n)] = n * S + (n % T);
+      for (int32_t t = 0; t < T; ++t) write_row[size_t(n) * T + t] = n * S + t;
+    }
+    p.rows = N;
+    p.tokens = T;
+    p.heads = HV;
+    p.value_heads = HV;
+    p.head_k = K;
+    p.head_v = V;
+    p.options.l2norm_qk = true;
+    p.q = q.data();
+    p.k = k.data();
+    p.v = v.data();
+    p.g = g.data();
+    p.beta = beta.data();
+    p.o = o.data();
+    const StateGeometry geo{1, P, S, HV, V, K};
+    p.pool = pool_view(geo, pool.data(), DType::f32);
+    p.scratch = scratch_view(geo, scratch.data(), DType::f32);
+    p.seed_pool = seed_pool.data();
+    p.seed_scratch = seed_scratch.data();
+    p.write_row = write_row.data();
+    if (top_k > 0) {
+      parent.resize(size_t(N) * T);
+      for (int32_t n = 0; n < N; ++n) synthetic_tree(7, 0, n, T, top_k, parent.data() + size_t(n) * T);
+      p.parent = parent.data();
+    }
+    state_bytes = int64_t(1 + T) * N * HV * int64_t(head) * 4;
   }
-  const int64_t state_bytes = int64_t(1 + T) * N * HV * int64_t(head) * 4;
-  state.SetBytesProcessed(int64_t(state.iterations()) * state_bytes);
-  state.counters["state_MiB"] = double(state_bytes) / (1 << 20);
+
+  void run(benchmark::State& state) {
+    for (auto _ : state) {
+      verify_cpu(p);
+      benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(int64_t(state.iterations()) * state_bytes);
+    state.counters["state_MiB"] = double(state_bytes) / (1 << 20);
+  }
+};
+
+// Args: rows, value heads, T.
+void BM_VerifyCpu(benchmark::State& state) {
+  VerifyBench(int32_t(state.range(0)), int32_t(state.range(1)), int32_t(state.range(2)), 0).run(state);
 }
 BENCHMARK(BM_VerifyCpu)
     ->ArgNames({"rows", "HV", "T"})
@@ -99,6 +126,23 @@ BENCHMARK(BM_VerifyCpu)
     ->Args({8, 16, 4})
     ->Args({8, 16, 8})
     ->Args({8, 32, 4})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->ComputeStatistics("min", fastest);
+
+// SPEC §12: the same verify over token trees. Args: rows, value heads, T, K of the top-K trees (0: no
+// tree, the chain kernel; 1: a chain given as a tree, which keeps nothing aside). The bytes counted are
+// the chain's (1 + T state transfers): what a tree adds is the states it keeps aside, in cache.
+void BM_VerifyCpuTree(benchmark::State& state) {
+  VerifyBench b(int32_t(state.range(0)), int32_t(state.range(1)), int32_t(state.range(2)), int32_t(state.range(3)));
+  int32_t branches = 0;
+  for (size_t e = 0; e < b.parent.size(); ++e) branches += b.parent[e] != int32_t(e % size_t(b.p.tokens)) - 1;
+  state.counters["branches_per_row"] = b.parent.empty() ? 0.0 : double(branches) / b.p.rows;
+  b.run(state);
+}
+BENCHMARK(BM_VerifyCpuTree)
+    ->ArgNames({"rows", "HV", "T", "top_k"})
+    ->ArgsProduct({{1, 8}, {32}, {8, 16}, {0, 1, 2, 4}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->ComputeStatistics("min", fastest);
