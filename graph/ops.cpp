@@ -293,8 +293,6 @@ void conv_verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage
   const char* where = "ops::conv_verify_layer";
   validate_round(where, s, spec, storage, idx, rows);
   require(spec.conv.width > 0, where, "spec.conv.width", "= 0: the layers have no conv");
-  require(!spec.trees, where, "spec.trees", "is set: the conv of a token tree runs in its own launch for now "
-                                           "(conv_layer, then verify_layer)");
   detail::validate_layer_index(where, layer, spec.model.layers);
   detail::validate_conv_inputs(where, conv, spec.conv.channels, spec.io_dtype, true);
   detail::validate_layer_inputs(where, in, spec, false);

@@ -32,7 +32,7 @@ RoundSpec round_spec(const VerifierConfig& c) {
   return spec;
 }
 
-bool fuses_conv(const VerifierConfig& c) { return c.conv.width > 0 && c.fuse_conv && !c.trees; }
+bool fuses_conv(const VerifierConfig& c) { return c.conv.width > 0 && c.fuse_conv; }
 
 struct Verifier::Impl {
   VerifierConfig cfg;

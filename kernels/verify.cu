@@ -47,16 +47,16 @@ struct SharedVerifyRow {
 
 // The fused conv's inputs of a chunk, at the conv's width: staged x convolved into q, k and v, and the
 // owners' history written.
-template <int K, int kTileV, int kThreads, class IoT>
+template <int K, int kTileV, int kThreads, bool kTree, class IoT>
 __device__ __forceinline__ void convolve_and_store(const VerifyParams& p, const BlockRow& b, const ConvRow& cr,
                                                    const ChunkTokens& ch, StagedTokens<K, kTileV, IoT>& st,
                                                    const ConvStaging<K, kTileV, IoT>& cs) {
   switch (p.conv.width) {
-    case 2: convolve_chunk<K, kTileV, kThreads, 2, IoT>(p, ch, st, cs); break;
-    case 3: convolve_chunk<K, kTileV, kThreads, 3, IoT>(p, ch, st, cs); break;
-    default: convolve_chunk<K, kTileV, kThreads, 4, IoT>(p, ch, st, cs); break;
+    case 2: convolve_chunk<K, kTileV, kThreads, 2, kTree, IoT>(p, b, ch, st, cs); break;
+    case 3: convolve_chunk<K, kTileV, kThreads, 3, kTree, IoT>(p, b, ch, st, cs); break;
+    default: convolve_chunk<K, kTileV, kThreads, 4, kTree, IoT>(p, b, ch, st, cs); break;
   }
-  store_conv_history<K, kTileV, kThreads, IoT>(p, b, cr, ch, cs);
+  store_conv_history<K, kTileV, kThreads, kTree, IoT>(p, b, cr, ch, cs);
 }
 
 // [TAG_TREE] SPEC §12: a token tree's branch states (VerifyParams::parent). A lane keeps its slice of the
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, 
   for (int32_t u0 = 0; u0 < U; u0 += kChunkTokens) {
     const ChunkTokens ch = chunk_tokens(b, u0, U - u0 < kChunkTokens ? U - u0 : kChunkTokens);
     if (u0 > 0) __syncthreads();  // the previous chunk is consumed before it is overwritten
-    if constexpr (kConv) {
+    if constexpr (kConv && !kTree) {  // a tree keeps the round's window (tree_conv_input)
       if (previous_new > 0) {
         shift_conv_history<K, Tile::kTileV, Tile::kThreads, IoT>(p.conv.width, previous_new, *cs);
         __syncthreads();
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(VerifyTile<K, kRows>::kThreads, VerifyTile<K, 
     __syncthreads();
     if constexpr (kConv) {
       if (ch.n_new > 0) {
-        convolve_and_store<K, Tile::kTileV, Tile::kThreads, IoT>(p, b, cr, ch, st, *cs);
+        convolve_and_store<K, Tile::kTileV, Tile::kThreads, kTree, IoT>(p, b, cr, ch, st, *cs);
         __syncthreads();
       }
     }
@@ -294,6 +294,9 @@ namespace verify_detail {
 template <int K, class IoT, class StateT>
 cudaError_t launch_tree_tiles(const VerifyParams& p, unsigned blocks, Launch on) {
   constexpr int kRows = VerifyConfig<K>::kRows;
+  if (p.conv.width > 0)
+    return launch_kernel(verify_kernel<K, kRows, true, true, IoT, StateT>, blocks, VerifyTile<K, kRows>::kThreads, on,
+                         p);
   return launch_kernel(verify_kernel<K, kRows, false, true, IoT, StateT>, blocks, VerifyTile<K, kRows>::kThreads, on,
                        p);
 }
@@ -387,8 +390,8 @@ cudaError_t launch_verify(const VerifyParams& p, Launch on) {
   // 16-byte aligned rows, the gate parameters as 4-byte cp.async; cache rows like input rows.
   if (p.conv.width > 0) require_fusable_conv(where, p);
   if (p.parent != nullptr) {  // TAG_TREE
-    require(p.conv.width == 0, where, "parent", "is set with the short conv fused in: the fused verify of a token tree is "
-                                                "not built yet (run conv_layer, then verify_layer)");
+    require(p.conv.width == 0 || p.conv.parent == p.parent, where, "conv.parent",
+            "differs from parent: the fused conv and the verify run one tree");
     require_in_range(where, "tokens", p.tokens, 1, kMaxCudaTreeTokens);
     detail::require_buffer(where, "parent", p.parent, alignof(int32_t));
   }

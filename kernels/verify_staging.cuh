@@ -190,7 +190,9 @@ __device__ __forceinline__ void stage_conv_window(const VerifyParams& p, const B
   const int64_t C = p.conv.channels;
   for (int e = int(threadIdx.x); e < (p.conv.width - 1) * kVecs; e += kThreads) {
     const int j = e / kVecs, lc = e % kVecs * kElemsPerVec;
-    __pipeline_memcpy_async(&cs.history[j][lc], state + (r.read + j) * C + conv_channel_of<K>(runs, lc), kVecBytes);
+    __pipeline_memcpy_async(&cs.history[j][lc], state + int64_t(conv_history_column(r, p.conv.width, j)) * C +
+                                                     conv_channel_of<K>(runs, lc),
+                            kVecBytes);
   }
   __pipeline_commit();
 }
@@ -250,10 +252,26 @@ __device__ __forceinline__ void copy_tokens(const VerifyParams& p, const BlockRo
   }
 }
 
+// SPEC §12, the fused conv of a token tree (kTree): the input k tokens back from new token t along its
+// ancestors (k = 0: t's own), for the block's conv channel lc. With a tree the history rows [0, W - 1)
+// keep the round's window for every chunk (no shift), the chunk's x follows; an ancestor in an earlier
+// chunk is read from x in global memory again. Parents are the index build's checked ones.
+template <int K, int kTileV, class IoT>
+__device__ __forceinline__ IoT tree_conv_input(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                               const ConvStaging<K, kTileV, IoT>& cs, int32_t t, int lc, int k) {
+  const int32_t* parent = p.conv.parent + int64_t(b.n) * p.tokens;
+  int32_t node = t, steps = 0;
+  for (; steps < k && node >= 0; ++steps) node = parent[node];
+  if (node < 0) return cs.history[p.conv.width - 1 - (k - steps + 1)][lc];  // into the round's window
+  if (node >= ch.t_first) return cs.history[p.conv.width - 1 + (node - ch.t_first)][lc];
+  const IoT* x = static_cast<const IoT*>(p.conv.x);
+  return x[(int64_t(b.n) * p.tokens + node) * p.conv.channels + conv_channel_of<K>(conv_runs(p, b), lc)];
+}
+
 // Once a chunk's x has landed: y of each (new token, conv channel) from its W inputs in the history,
 // rounded to the io dtype, where the copy would have put q, k and v.
-template <int K, int kTileV, int kThreads, int W, class IoT>
-__device__ __forceinline__ void convolve_chunk(const VerifyParams& p, const ChunkTokens& ch,
+template <int K, int kTileV, int kThreads, int W, bool kTree, class IoT>
+__device__ __forceinline__ void convolve_chunk(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
                                                StagedTokens<K, kTileV, IoT>& st, const ConvStaging<K, kTileV, IoT>& cs) {
   constexpr int kChannels = ConvStaging<K, kTileV, IoT>::kChannels;
   for (int e = int(threadIdx.x); e < ch.n_new * kChannels; e += kThreads) {
@@ -262,7 +280,9 @@ __device__ __forceinline__ void convolve_chunk(const VerifyParams& p, const Chun
 #pragma unroll
     for (int j = 0; j < W; ++j) w[j] = cs.weight[lc][j];
 #pragma unroll
-    for (int j = 0; j < W - 1; ++j) window[j] = math::to_f32(cs.history[i + j][lc]);
+    for (int j = 0; j < W - 1; ++j)
+      window[j] = math::to_f32(kTree ? tree_conv_input<K, kTileV, IoT>(p, b, ch, cs, ch.t_first + i, lc, W - 1 - j)
+                                     : cs.history[i + j][lc]);
     const float bias = p.conv.bias != nullptr ? cs.bias[lc] : 0.0f;
     const IoT y = math::from_f32<IoT>(conv_output_value<W>(p.conv, w, window, math::to_f32(cs.history[i + W - 1][lc]), bias));
     const int tt = ch.first - ch.u0 + i;
@@ -277,7 +297,7 @@ __device__ __forceinline__ void convolve_chunk(const VerifyParams& p, const Chun
 // of a group owns the q and k channels of its query/key head, each block its tile's v channels. halves:
 // base <- the window (with the first new token), new[t] <- x_t, in the half row `r` writes; fixed_window:
 // the window after each new token to its conv scratch row. Columns are 16-byte vectors per run.
-template <int K, int kTileV, int kThreads, class IoT>
+template <int K, int kTileV, int kThreads, bool kTree, class IoT>
 __device__ __forceinline__ void store_conv_history(const VerifyParams& p, const BlockRow& b, const ConvRow& r,
                                                    const ChunkTokens& ch, const ConvStaging<K, kTileV, IoT>& cs) {
   constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
@@ -305,6 +325,11 @@ __device__ __forceinline__ void store_conv_history(const VerifyParams& p, const 
       if (row < 0) continue;
       history_row = i + 1 + j;  // the window after new token i
       dst = reinterpret_cast<IoT*>(state_row(r.scratch, c.scratch, row)) + j * C;
+      if (kTree) {  // along the tree: the window its children read, element by element
+        for (int m = 0; m < kElemsPerVec; ++m)
+          dst[conv_channel_of<K>(runs, lc + m)] = tree_conv_input<K, kTileV, IoT>(p, b, ch, cs, ch.t_first + i, lc + m, W - 2 - j);
+        continue;
+      }
     }
     copy16(dst + conv_channel_of<K>(runs, lc), &cs.history[history_row][lc]);
   }

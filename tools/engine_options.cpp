@@ -178,8 +178,6 @@ void add_unfused_conv_option(OptionTable& t, bool& fuse_conv) {
 
 std::string describe_conv(const VerifierConfig& v) {
   if (v.conv.width == 0) return describe(v.conv);
-  if (v.fuse_conv && !fuses_conv(v))
-    return describe(v.conv) + ", conv then verify, two kernels per layer (the fused kernel of a token tree is not built yet)";
   return describe(v.conv) + (v.fuse_conv ? ", fused into each layer's verify (one kernel per layer)"
                                          : ", unfused (--unfused-conv): conv then verify, two kernels per layer");
 }

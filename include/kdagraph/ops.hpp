@@ -112,8 +112,7 @@ struct RoundSpec {
   // root-to-node path (ops::accept_path). Off: every round is a chain, and a batch's parent is refused.
   // With a tree, the verify keeps the states later tokens branch from aside (in fp32), so at most
   // kMaxCudaTreeTokens tokens on CUDA. Every mode (replay replays the kept path, SlotStorage::
-  // accept_path); with a conv, its own launch (conv_layer) before the verify, not fused into it
-  // (conv_verify_layer refuses trees).
+  // accept_path), with the conv fused in (conv_verify_layer) or not.
   bool trees = false;
 };
 

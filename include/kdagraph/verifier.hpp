@@ -37,8 +37,7 @@ struct VerifierConfig {
   // conv runs with its verify.
   ConvShape conv;
   // With a conv: each layer's conv and verify in one kernel (enqueue_conv_verify, ops::conv_verify_layer);
-  // false: the two launches enqueue_conv and enqueue_verify, bitwise the same results. With trees the
-  // two launches run whatever this says (the fused kernel of a tree is not built yet).
+  // false: the two launches enqueue_conv and enqueue_verify, bitwise the same results.
   bool fuse_conv = true;
   // Programmatic dependent launch of every kernel of its rounds, its graphs' included (SPEC §5,
   // RoundSpec::pdl, with what it asks of an engine's kernels); false for A/B runs.

@@ -568,20 +568,32 @@ INSTANTIATE_TEST_SUITE_P(Modes, ConvTreeRounds,
                                   "_" + to_string(std::get<1>(p.param));
                          });
 
-// With the conv, the modes, executions and samplers agree bitwise too (the fused-accept halves read the
-// history through the kept path; two-phase commits the accepted node's conv scratch row).
+// With the conv, the modes, executions and samplers agree bitwise too, the conv fused into each layer's
+// verify (one kernel per layer) or not: the fused-accept halves read the history through the kept path,
+// two-phase commits the accepted node's conv scratch row, replay replays the path. T = 6 fits one staging
+// chunk of the CUDA kernel; T = 12 crosses into a second, where a token's ancestors may lie in the first.
 TEST(TreeEngine, WithTheConvModesAndExecutionsAgreeBitwise) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed=" + std::to_string(seed));
-  const int32_t rounds = 20;
-  const EngineRun reference = run_engine(with_conv(tree_engine(Mode::two_phase, Exec::eager, 3, seed)), rounds);
-  expect_same_runs(run_engine(with_conv(tree_engine(Mode::fused_accept, Exec::graph, 3, seed)), rounds), reference,
-                   "fused-accept graph");
-  HostEngineConfig outside = with_conv(tree_engine(Mode::fused_accept, Exec::eager, 3, seed));
-  outside.runner.sampler_in_graph = false;
-  expect_same_runs(run_engine(outside, rounds), reference, "fused-accept eager, sampler outside");
-  expect_same_runs(run_engine(with_conv(tree_engine(Mode::replay, Exec::graph, 3, seed)), rounds), reference,
-                   "replay graph");
+  for (int32_t T : {6, 12}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("T=" + std::to_string(T) + " seed=" + std::to_string(seed));
+    auto engine = [&](Mode mode, Exec exec, bool fuse) {
+      HostEngineConfig c = with_conv(tree_engine(mode, exec, 3, seed));
+      c.verifier.tokens = c.verifier.pool.scratch_steps = T;
+      c.verifier.fuse_conv = fuse;
+      return c;
+    };
+    const int32_t rounds = 16;
+    const EngineRun reference = run_engine(engine(Mode::two_phase, Exec::eager, false), rounds);
+    expect_same_runs(run_engine(engine(Mode::fused_accept, Exec::graph, true), rounds), reference,
+                     "fused-accept graph, conv fused");
+    expect_same_runs(run_engine(engine(Mode::two_phase, Exec::graph, true), rounds), reference,
+                     "two-phase graph, conv fused");
+    expect_same_runs(run_engine(engine(Mode::replay, Exec::graph, true), rounds), reference, "replay graph, conv fused");
+    HostEngineConfig outside = engine(Mode::fused_accept, Exec::eager, false);
+    outside.runner.sampler_in_graph = false;
+    expect_same_runs(run_engine(outside, rounds), reference, "fused-accept eager, sampler outside, conv unfused");
+    if (HasFailure()) return;
+  }
 }
 
 // SPEC §11, §12: short_conv with token trees (in place, SGLang's layout): each call's tree, and the path
