@@ -76,11 +76,11 @@ stage build 100 kdagraph
 stage ptxas 5 kdagraph
 stage gpu_tests 40 @cuda_tests
 stage python_tests 40 _kdagraph _kdagraph_stub kdagraph_cli
-stage cli_check 20 kdagraph_cli
+stage cli_check 28 kdagraph_cli
 stage capture 10 kdagraph_cli
 stage bench_verify 25 bench_verify_cuda
-stage conv_verify_bench 25 bench_conv_verify
-stage round_bench 45 kdagraph_cli
+stage conv_verify_bench 20 bench_conv_verify
+stage round_bench 42 kdagraph_cli
 stage fla_peer 40 _kdagraph _kdagraph_stub kdagraph_cli
 stage memcheck 20 indices_cuda_test accept_cuda_test state_copy_cuda_test verify_cuda_test verifier_cuda_test \
   conv_cuda_test ops_cuda_test
@@ -254,12 +254,15 @@ stage_python_tests() {
   return "$rc"
 }
 
-# The command line end to end on the GPU, checked against the CPU two-phase reference (SPEC tolerances).
+# The command line end to end on the GPU, checked against the CPU two-phase reference (SPEC tolerances); the
+# last three verify token trees (SPEC 12): the tree kernels fused and not, across the staging chunk, every mode.
 stage_cli_check() {
   local rc=0 args
   for args in "" "--dtype bf16 --mode two-phase --exec eager" "--batch 24 --vary-batch --retire-rate 0.1" \
     "--mode replay --batch 24 --vary-batch --retire-rate 0.1 --state-dtype bf16" \
-    "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10" "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10 --mode replay"; do
+    "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10" "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10 --mode replay" \
+    "--tree 3 --draft 11 --vary-batch --retire-rate 0.1" "--tree 2 --draft 7 --mode replay --state-dtype bf16" \
+    "--tree 4 --draft 15 --mode two-phase --unfused-conv --dtype bf16"; do
     # shellcheck disable=SC2086  # the arguments are meant to split
     x "$BUILD/tools/kdagraph" run --backend cuda --check $args || rc=1
   done
@@ -317,10 +320,24 @@ stage_round_bench() {
     x "$BUILD/tools/kdagraph" bench --backend cuda --preset "$preset" --drafts 1,3 --batches 1,16,64 --execs graph \
       --rounds 30 "${trace[@]}" --csv "$WORK/kdagraph_bench_$preset.csv" --md "$WORK/kdagraph_bench_$preset.md" || rc=1
   done
+  # Token trees against chains of the same T = 8 at batch 1 and 16 (SPEC 12: the tree kernels' cost).
+  local tree
+  for tree in 0 4; do
+    local tree_args=()
+    ((tree)) && tree_args=(--tree "$tree")
+    x "$BUILD/tools/kdagraph" bench --backend cuda --preset kimi-linear-48b-tp2 --drafts 7 --batches 1,16 \
+      --execs graph --modes fused-accept --sampler in --rounds 30 "${tree_args[@]}" \
+      --md "$WORK/kdagraph_bench_tree$tree.md" || rc=1
+  done
   for preset in kimi-linear-48b-tp2 kimi-linear-48b; do
     [[ -f "$WORK/kdagraph_bench_$preset.md" ]] || continue
     echo "kdagraph bench --preset $preset:"
     sed -n '/^## Aims/,$p' "$WORK/kdagraph_bench_$preset.md"
+  done | section
+  for tree in 0 4; do
+    [[ -f "$WORK/kdagraph_bench_tree$tree.md" ]] || continue
+    echo "kdagraph bench, T = 8, top-$tree trees (0: chains):"
+    grep -E '^\| (mode|---|fused-accept)' "$WORK/kdagraph_bench_tree$tree.md"
   done | section
   return "$rc"
 }

@@ -45,6 +45,7 @@ struct BenchOptions {
   bool conv = true;
   bool fuse_conv = true;
   bool pdl = true;
+  int32_t tree = 0;
   bool node_trace = false;
   std::string csv, md;
 };
@@ -81,6 +82,7 @@ OptionTable bench_options(BenchOptions& o) {
   add_conv_option(t, o.conv);
   add_unfused_conv_option(t, o.fuse_conv);
   add_pdl_option(t, o.pdl);
+  add_tree_option(t, o.tree);
   t.value("csv", "FILE", "write the results as CSV (profiling/plot.py draws them)",
           [&o](const std::string&, const std::string& v) { o.csv = v; });
   t.value("md", "FILE", "also write the markdown table to FILE",
@@ -366,7 +368,8 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
   std::string out = "# kdagraph bench: " + std::string(to_string(base.backend)) + ", preset " + preset + " (" +
                     describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) +
                     ", conv " + describe_conv(engine_config(base).verifier) + ", pdl " +
-                    describe_pdl(base.pdl, base.backend) + "\n\n";
+                    describe_pdl(base.pdl, base.backend) +
+                    (base.tree > 0 ? ", top-" + std::to_string(base.tree) + " token trees (SPEC 12)" : "") + "\n\n";
   out +=
       "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
       (cuda ? "device-to-device cudaMemcpy" : "memcpy on the CPU cores") +
@@ -425,6 +428,7 @@ int bench(BenchOptions o) {
   base.conv = o.conv;
   base.fuse_conv = o.fuse_conv;
   base.pdl = o.pdl;
+  base.tree = o.tree;
   const bool cuda = base.backend == Backend::cuda;
   if (o.node_trace && !cuda) throw UsageError("--node-trace: traces CUDA graphs, but the backend is the CPU");
   if (o.node_trace && std::find(o.execs.begin(), o.execs.end(), size_t(Exec::graph)) == o.execs.end())
