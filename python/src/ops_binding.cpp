@@ -157,9 +157,11 @@ void build_slot_indices(nb::handle slots_, nb::handle pool_, int64_t scratch_ste
 }
 
 // SPEC §9, §11: short_conv's engine (ops::short_conv), the fused-accept offset window over one conv
-// state [N, W - 2 + S, C] the caller owns.
+// state [N, W - 2 + S, C] the caller owns; SPEC §12: optionally this call's token tree (parent [B, T])
+// and the path the call before accepted (accept_index [B, T]).
 void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle bias_, nb::handle indices_,
-                nb::handle accepted_, nb::handle activation, nb::handle y_, nb::handle stream) {
+                nb::handle accepted_, nb::handle activation, nb::handle y_, nb::handle parent_,
+                nb::handle accept_index_, nb::handle stream) {
   const Array x = take(x_, "x");
   require_elem(x, {Elem::f32, Elem::bf16});
   require_shape(x, {-1, -1, -1});
@@ -204,6 +206,16 @@ void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle
   const Array y = take(y_, "output");
   require_shape(y, {B, T, C});
   same_io(y);
+  auto tree_array = [&](nb::handle obj, const char* name) {
+    Array a = take_optional(obj, name);
+    if (a.data == nullptr) return a;
+    require_elem(a, {Elem::i32});
+    require_shape(a, {B, T});
+    require_same_place(a, x);
+    return a;
+  };
+  const Array parent = tree_array(parent_, "parent_indices");
+  const Array accept_index = tree_array(accept_index_, "accept_index");
 
   ShortConvCall call;
   call.conv = ConvShape{int32_t(C), int32_t(W), conv_activation_from(activation, "activation")};
@@ -218,6 +230,8 @@ void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle
   call.conv_state = state_view(state.data, call.io_dtype, 1, state.dim(0) * state.row_stride, state.dim(0), state.row_stride);
   call.state_indices = indices.as<const int32_t>();
   call.num_accepted = accepted.as<const int32_t>();
+  call.parent = parent.as<const int32_t>();
+  call.accept_index = accept_index.as<const int32_t>();
   const Stream s = resolve_stream(x.backend, stream, x_);
   call.errors = module_errors(s);
   nb::gil_scoped_release release;
@@ -475,8 +489,11 @@ void bind_ops(nb::module_& m) {
         "draft_token_num"_a, "ssm_state_indices"_a, "num_accepted_tokens"_a, "stream"_a.none(),
         "SPEC §4, §11: SGLang's fused-accept index pair (ops::build_slot_indices).");
   m.def("_short_conv", &short_conv, "x"_a, "conv_state"_a, "weight"_a, "bias"_a.none(), "state_indices"_a,
-        "num_accepted_tokens"_a, "activation"_a.none(), "output"_a, "stream"_a.none(),
-        "SPEC §9, §11: the short convolution over one caller-owned conv state (ops::short_conv); short_conv's engine.");
+        "num_accepted_tokens"_a, "activation"_a.none(), "output"_a, "parent_indices"_a.none(), "accept_index"_a.none(),
+        "stream"_a.none(),
+        "SPEC §9, §11: the short convolution over one caller-owned conv state (ops::short_conv); short_conv's engine. "
+        "parent_indices [B, T]: this call's token tree per row (SPEC §12), None: chains; accept_index [B, T]: the "
+        "path each row accepted in the call before, None: the offset window of num_accepted_tokens.");
 
   nb::class_<PySpec>(m, "RoundSpec", "What every operation of a round agrees on (ops.hpp RoundSpec)")
       .def(
