@@ -10,7 +10,10 @@ switch by changing an import:
 Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-accept offset window, SPEC
 §9), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``, ``RoundIndices``,
 ``build_indices``, ``conv_layer``, ``verify_layer``, ``conv_verify_layer`` (the two in one kernel), ``accept``,
-``commit``, ``materialize``) and the owning classes ``Verifier`` and ``GraphRunner`` (``conv_width=`` gives them the conv).
+``accept_path``, ``commit``, ``materialize``) and the owning classes ``Verifier`` and ``GraphRunner``
+(``conv_width=`` gives them the conv). Token trees (SPEC §12): ``short_conv(parent_indices=, accept_index=)``,
+``RoundSpec(trees=True)`` with ``build_indices(parent=)`` and ``accept_path``, and ``Verifier(trees=True)`` with
+``set_tree``, ``accept_path_from_host`` and ``GraphRunner.accept_path``.
 
 Arrays are anything with ``__dlpack__`` (numpy, torch, cupy) and numpy arrays of ``ml_dtypes.bfloat16``;
 they are used in place, never copied: float32 or bfloat16 inputs and states, int32 indices, C-contiguous,
@@ -45,6 +48,7 @@ from ._kdagraph import (
     SlotStorage,
     Verifier,
     accept,
+    accept_path,
     build_indices,
     built_with_cuda,
     clear_device_errors,
@@ -69,6 +73,7 @@ __all__ = [
     "SlotStorage",
     "Verifier",
     "accept",
+    "accept_path",
     "build_fused_accept_indices",
     "build_indices",
     "built_with_cuda",
