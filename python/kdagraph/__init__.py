@@ -10,7 +10,10 @@ switch by changing an import:
 Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-accept offset window, SPEC
 §9), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``, ``RoundIndices``,
 ``build_indices``, ``conv_layer``, ``verify_layer``, ``conv_verify_layer`` (the two in one kernel), ``accept``,
-``commit``, ``materialize``) and the owning classes ``Verifier`` and ``GraphRunner`` (``conv_width=`` gives them the conv).
+``accept_path``, ``commit``, ``materialize``) and the owning classes ``Verifier`` and ``GraphRunner``
+(``conv_width=`` gives them the conv). Token trees (SPEC §12): ``short_conv(parent_indices=, accept_index=)``,
+``RoundSpec(trees=True)`` with ``build_indices(parent=)`` and ``accept_path``, and ``Verifier(trees=True)`` with
+``set_tree``, ``accept_path_from_host`` and ``GraphRunner.accept_path``.
 
 Arrays are anything with ``__dlpack__`` (numpy, torch, cupy) and numpy arrays of ``ml_dtypes.bfloat16``;
 they are used in place, never copied: float32 or bfloat16 inputs and states, int32 indices, C-contiguous,
@@ -45,6 +48,7 @@ from ._kdagraph import (
     SlotStorage,
     Verifier,
     accept,
+    accept_path,
     build_indices,
     built_with_cuda,
     clear_device_errors,
@@ -69,6 +73,7 @@ __all__ = [
     "SlotStorage",
     "Verifier",
     "accept",
+    "accept_path",
     "build_fused_accept_indices",
     "build_indices",
     "built_with_cuda",
@@ -539,8 +544,45 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
 
 # ---- kdagraph's own: short_conv --------------------------------------------------------------------
 
+def _check_host_conv_trees(T: int, real, parent, accept_index) -> None:
+    """SPEC §12's host checks of short_conv's token trees, on the real rows (`real` [B] bool; a padded
+    row's entries are never read): `parent` [B, T] this call's tree, parent[b, t] in [-1, t) (so
+    parent[b, 0] = -1); `accept_index` [B, T] a root-to-node path of the call before, its node indices in
+    [0, T) strictly increasing, then only -1. Whether each step is a child of the one before, only the
+    previous call's tree says; the call does not have it."""
+    import numpy as np
+
+    if parent is not None:
+        p = _host_view(parent)
+        bad = real[:, None] & ((p < -1) | (p >= np.arange(T)[None, :]))
+        if bad.any():
+            b, t = (int(x) for x in np.argwhere(bad)[0])
+            raise _bad("parent_indices", f"[{b}, {t}] = {int(p[b, t])} is outside [-1, {t}): a token's parent is an "
+                                         "earlier token of its sequence, or -1 (a child of the seed)")
+    if accept_index is not None:
+        path = _host_view(accept_index)
+        for b in np.flatnonzero(real):
+            last, end = -1, None
+            for i, node in enumerate(int(v) for v in path[b]):
+                if end is not None:
+                    if node != -1:
+                        raise _bad("accept_index", f"[{b}, {i}] = {node} follows the path's end ([{b}, {end}] = -1): "
+                                                   "only -1 follows it")
+                elif node == -1:
+                    end = i
+                elif not 0 <= node < T:
+                    raise _bad("accept_index", f"[{b}, {i}] = {node} is outside [-1, T = {T}): a path's entries are "
+                                               "node indices of the previous call's tree, then -1")
+                elif node <= last:
+                    raise _bad("accept_index", f"[{b}, {i}] = {node} does not come after node {last}: a root-to-node "
+                                               "path goes down the tree, to later tokens (topological order)")
+                else:
+                    last = node
+
+
 def short_conv(x: Array, conv_state: Array, weight: Array, bias: Optional[Array] = None, *, state_indices: Array,
                num_accepted_tokens: Array, activation: Optional[str] = "silu", output: Optional[Array] = None,
+               parent_indices: Optional[Array] = None, accept_index: Optional[Array] = None,
                stream: Any = None) -> Array:
     """The short convolution of a KDA layer with SPEC §9's fused-accept offset window (SPEC §11).
 
@@ -555,9 +597,29 @@ def short_conv(x: Array, conv_state: Array, weight: Array, bias: Optional[Array]
     call's window is at the accept length of this round's tokens. A negative ``state_indices[b]`` marks a
     padded row: zero output, nothing read or written. Returns y ``[B, T, C]`` (``output`` when given).
 
+    Token trees (SPEC §12, EAGLE top-k > 1), both ``[B, T]`` int32 (or int64, converted) and optional:
+
+    - ``parent_indices``: this call's tree per row, ``parent_indices[b, t]`` in ``[-1, t)`` (-1: a child of
+      the seed; ``[b, 0]`` is -1). Token t's window is the inputs of its nearest W - 1 ancestors, oldest
+      first, after the row's history where it has fewer. The state is written as for a chain: columns
+      ``[W - 2, W - 2 + T)`` hold x_1..x_T in token order. A chain given as a tree (``parent[b, t] = t - 1``)
+      is bitwise the call without.
+    - ``accept_index``: the path each row accepted in the call before (SGLang's ``accept_index``: its
+      node indices from the root, a child of that call's seed, down that call's tree, then -1). The row's
+      history is then the W - 2 columns ``[0, W - 2)`` followed by the previous call's inputs at columns
+      ``W - 2 + accept_index[b, i]`` in path order, and the window is its last W - 1 inputs, so nothing is
+      scattered when a branch is accepted. ``num_accepted_tokens[b]`` is then the path's last node + 1, as
+      SGLang passes it (checked in ``[0, S]`` as always), and does not place the window; a row whose path
+      is empty (``[b, 0] = -1``: a request just prefilled, with ``num_accepted_tokens`` 0) reads the offset
+      window as without ``accept_index``. After a call with ``parent_indices`` the next call passes
+      ``accept_index``: the offset window reads the accepted tokens only when they are a chain from token 0.
+
     Arguments that disagree raise ``InvalidArgument`` naming them; on host arrays also a state row outside
-    ``[0, N)``, one named twice, or a real row's accept length outside ``[0, S]``. On the device, where the
-    host cannot look, such rows are skipped and lengths clamped, both recorded in ``device_errors("cuda")``.
+    ``[0, N)``, one named twice, a real row's accept length outside ``[0, S]``, a parent outside
+    ``[-1, t)``, or an ``accept_index`` row that is not a path (entries outside ``[-1, T)``, not increasing,
+    or other than -1 after its end; whether it follows the previous call's tree only that call knew). On
+    the device, where the host cannot look, such rows are skipped, lengths clamped and a parent read as
+    t - 1, each recorded in ``device_errors("cuda")``, and a path ends at its first entry outside ``[0, T)``.
     """
     for name, a in (("x", x), ("conv_state", conv_state), ("weight", weight), ("state_indices", state_indices),
                     ("num_accepted_tokens", num_accepted_tokens)):
@@ -565,6 +627,8 @@ def short_conv(x: Array, conv_state: Array, weight: Array, bias: Optional[Array]
             raise _bad(name, f"is not an array: {type(a).__name__}")
     state_indices = _indices(state_indices, "state_indices", stream, x)
     num_accepted_tokens = _indices(num_accepted_tokens, "num_accepted_tokens", stream, x)
+    parent_indices = _indices(parent_indices, "parent_indices", stream, x)
+    accept_index = _indices(accept_index, "accept_index", stream, x)
     # What only the host can check, once the shapes agree (else the extension names what disagrees).
     shapes_agree = len(x.shape) == 3 and len(weight.shape) == 2 and len(conv_state.shape) == 3 and \
         2 <= int(weight.shape[1]) <= 4 and int(x.shape[2]) == int(weight.shape[0]) == int(conv_state.shape[2])
@@ -585,7 +649,12 @@ def short_conv(x: Array, conv_state: Array, weight: Array, bias: Optional[Array]
             if out.any():
                 b = int(out.nonzero()[0][0])
                 raise _bad("num_accepted_tokens", f"[{b}] = {int(a[b])} is outside [0, S = {S}] (S = conv_state columns - W + 2)")
+            # The trees' entries once their shape, dtype and place are right (else the extension names them).
+            tree = lambda t: t if t is not None and _is_host(t) and tuple(t.shape) == (B, T) and \
+                "int32" in str(t.dtype) else None
+            _check_host_conv_trees(T, real, tree(parent_indices), tree(accept_index))
     if output is None:
         output = _new(x, tuple(int(d) for d in x.shape), "like")
-    _kdagraph._short_conv(x, conv_state, weight, bias, state_indices, num_accepted_tokens, activation, output, stream)
+    _kdagraph._short_conv(x, conv_state, weight, bias, state_indices, num_accepted_tokens, activation, output,
+                          parent_indices, accept_index, stream)
     return output

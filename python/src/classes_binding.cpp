@@ -36,6 +36,33 @@ std::vector<int32_t> host_ints(nb::handle obj, const char* name) {
   return out;
 }
 
+// Rows of `tokens` int32 from host memory (a list of lists, or a CPU array [rows, tokens]), flattened.
+struct HostRows {
+  std::vector<int32_t> values;
+  int32_t rows = 0;
+};
+
+HostRows host_rows(nb::handle obj, const char* name, int32_t tokens) {
+  HostRows out;
+  if (nb::isinstance<nb::list>(obj) || nb::isinstance<nb::tuple>(obj)) {
+    for (nb::handle row : nb::borrow<nb::sequence>(obj)) {
+      const std::string at = std::string(name) + "[" + std::to_string(out.rows) + "]";
+      if (!nb::isinstance<nb::sequence>(row) || int64_t(nb::len(row)) != tokens)
+        throw InvalidArgument(at, at + " must list T = " + std::to_string(tokens) + " entries (one per token)");
+      for (nb::handle x : nb::borrow<nb::sequence>(row)) out.values.push_back(nb::cast<int32_t>(x));
+      ++out.rows;
+    }
+    return out;
+  }
+  const Array a = take(obj, name);
+  require_elem(a, {Elem::i32});
+  require_shape(a, {-1, tokens});
+  if (a.backend != Backend::cpu) throw InvalidArgument(name, std::string(name) + " must be host memory (a list or a CPU array)");
+  out.values.assign(a.as<const int32_t>(), a.as<const int32_t>() + a.size());
+  out.rows = int32_t(a.dim(0));
+  return out;
+}
+
 struct PyVerifier {
   std::unique_ptr<Verifier> verifier;
 
@@ -51,6 +78,16 @@ struct PyVerifier {
   }
 
   Elem io_elem() const { return elem_of(cfg().io_dtype); }
+
+  // Host rows [n, T] of the current batch (set_tree, accept_path_from_host): n is its size.
+  HostRows batch_rows(nb::handle obj, const char* name) const {
+    HostRows out = host_rows(obj, name, cfg().tokens);
+    const int32_t n = verifier->batch_size();
+    if (n > 0 && out.rows != n)
+      throw InvalidArgument(name, std::string(name) + " has " + std::to_string(out.rows) + " rows; the batch set_batch gave has " +
+                                      std::to_string(n));
+    return out;
+  }
 
   // SPEC §9: a conv window of every layer, [L, W - 1, C] in the io dtype, where `like` is (None: absent).
   Array window_array(nb::handle obj, const char* name) const {
@@ -153,7 +190,7 @@ void bind_classes(nb::module_& m) {
              int32_t head_k, int32_t head_v, int32_t slots, int32_t scratch_steps, int32_t max_rows, int32_t tokens,
              const std::string& io_dtype, const std::string& state_dtype, nb::handle mode, bool l2norm_qk,
              nb::handle scale, const std::string& gate, float lower_bound, bool beta_is_logit, int32_t conv_width,
-             nb::handle conv_activation, bool pdl) {
+             nb::handle conv_activation, bool pdl, bool trees) {
             VerifierConfig c;
             c.backend = backend_from(backend);
             c.model = ModelShape{layers, heads, value_heads, head_k, head_v};
@@ -165,19 +202,25 @@ void bind_classes(nb::module_& m) {
             c.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
             c.conv = conv_shape(c.model, conv_width, conv_activation);
             c.pdl = pdl;
+            c.trees = trees;
             new (self) PyVerifier{std::make_unique<Verifier>(c)};
           },
           nb::kw_only(), "backend"_a = "cpu", "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a,
           "slots"_a, "scratch_steps"_a, "max_rows"_a, "tokens"_a, "io_dtype"_a = "float32", "state_dtype"_a = "float32",
           "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(), "gate"_a = "precomputed",
           "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "conv_width"_a = 0, "conv_activation"_a.none() = "silu",
-          "pdl"_a = true,
+          "pdl"_a = true, "trees"_a = false,
           "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4 over C = 2 H K + HV V channels, "
           "conv_activation 'silu' or 'none' ('linear', None). With a conv the Verifier also owns the conv state, a "
           "prefill takes each layer's window, and a GraphRunner's inputs carry x, weight (and bias). pdl: "
           "programmatic dependent launch of every kernel of its rounds, graphs included, on sm_90 and later "
-          "(SPEC §5); False for A/B runs.")
+          "(SPEC §5); False for A/B runs. trees: token trees (SPEC §12, fused-accept and two-phase): each row's "
+          "T tokens form the tree set_tree gives (chains until then), read on the device inside the round, so "
+          "one captured graph per bucket serves any tree; rounds accept root-to-node paths "
+          "(accept_path_from_host, GraphRunner.accept_path). With a conv, the conv and the verify of a tree run "
+          "as two kernels; on CUDA at most 16 tokens.")
       .def_prop_ro("pdl", [](const PyVerifier& v) { return v.cfg().pdl; })
+      .def_prop_ro("trees", [](const PyVerifier& v) { return v.cfg().trees; }, "Token trees (SPEC §12)")
       .def_prop_ro("backend", [](const PyVerifier& v) { return std::string(to_string(v.cfg().backend)); })
       .def_prop_ro("mode", [](const PyVerifier& v) { return v.cfg().mode; })
       .def_prop_ro("tokens", [](const PyVerifier& v) { return v.cfg().tokens; })
@@ -280,6 +323,46 @@ void bind_classes(nb::module_& m) {
             v.verifier->set_batch(st, s.data(), int32_t(s.size()));
           },
           "slots"_a, "stream"_a.none() = nb::none())
+      .def_prop_ro(
+          "parent",
+          [](nb::handle self) -> nb::object {
+            const PyVerifier& v = nb::cast<const PyVerifier&>(self);
+            if (!v.cfg().trees) return nb::none();
+            return v.view(self, v.verifier->batch_buffers().parent, {size_t(v.cfg().max_rows), size_t(v.cfg().tokens)},
+                          Elem::i32);
+          },
+          "With trees: the round's tree [max_rows, T] int32 the index build reads, zero-copy (numpy on the CPU, a "
+          "DLPack array on CUDA); None without. set_tree writes it from the host, checked; a drafter on the device "
+          "may write rows [0, n) of the batch here itself, before the round (a graph reads it when it runs). A "
+          "parent outside [-1, t) written here is read as t - 1 and recorded (device_errors), and "
+          "accept_path_from_host, which checks paths against the tree set_tree gave, does not see it: accept such "
+          "rounds with GraphRunner.accept_path.")
+      .def(
+          "set_tree",
+          [](PyVerifier& v, nb::handle parent, nb::handle stream) {
+            const HostRows p = v.batch_rows(parent, "parent");
+            const Stream st = v.stream(stream);
+            nb::gil_scoped_release release;
+            v.verifier->set_tree(st, p.values.data(), p.rows);
+          },
+          "parent"_a, "stream"_a.none() = nb::none(),
+          "With trees (SPEC §12): the current batch's token trees, host memory [n, T] (a list of lists or a CPU "
+          "int32 array): parent[r][t] in [-1, t), parent[r][0] = -1 (-1: a child of the seed). Checked first, "
+          "InvalidArgument naming the entry ('parent[r][t]'); then the index build of every later round reads it, "
+          "until the next set_tree. Call it after set_batch (n is the batch size), before the round.")
+      .def(
+          "accept_path_from_host",
+          [](PyVerifier& v, nb::handle accept_index, nb::handle stream) {
+            const HostRows a = v.batch_rows(accept_index, "accept_index");
+            const Stream st = v.stream(stream);
+            nb::gil_scoped_release release;
+            v.verifier->enqueue_accept_path_from_host(st, a.values.data(), a.rows);
+          },
+          "accept_index"_a, "stream"_a.none() = nb::none(),
+          "With trees: accepts the round from the sampler's root-to-node paths, host memory [n, T] of the current "
+          "batch (SGLang's accept_index: node indices from a child of the seed down the tree set_tree gave, then "
+          "-1). Each path is checked against that tree first, InvalidArgument naming the entry "
+          "('accept_index[r][i]'); each slot's accept length becomes its last node + 1. Two-phase: commit after.")
       .def(
           "accept_from_host",
           [](PyVerifier& v, nb::handle accepted, nb::handle stream) {
@@ -395,7 +478,30 @@ void bind_classes(nb::module_& m) {
           },
           "accepted"_a, "stream"_a.none() = nb::none(),
           "The accept step after the engine's sampler: accepted [rows] int32 in backend memory; then, in two-phase "
-          "mode, the commit.");
+          "mode, the commit.")
+      .def(
+          "accept_path",
+          [](PyRunner& r, nb::handle accept_index, nb::handle stream) {
+            const VerifierConfig& c = r.verifier->cfg();
+            if (!c.trees)
+              throw InvalidArgument("accept_index", "accept_index is given, but the verifier was built without trees "
+                                                    "(trees=False): accept lengths with accept");
+            const Array a = take(accept_index, "accept_index");
+            require_elem(a, {Elem::i32});
+            require_shape(a, {r.runner->rows(), c.tokens});
+            if (a.backend != c.backend)
+              throw InvalidArgument("accept_index", std::string("accept_index is on ") + to_string(a.backend) +
+                                                        " but the verifier is on " + to_string(c.backend));
+            const Stream st = r.stream(stream);
+            nb::gil_scoped_release release;
+            r.runner->accept_path(st, a.as<const int32_t>());
+          },
+          "accept_index"_a, "stream"_a.none() = nb::none(),
+          "With the Verifier's trees (SPEC §12), the accept step after the engine's sampler: accept_index [rows, T] "
+          "int32 in backend memory, each row's accepted root-to-node path (SGLang's form: node indices from a "
+          "child of the seed down the round's tree, then -1); each slot's accept length becomes its last node + 1. "
+          "Read on the device: a path is cut at its first node that is not a child of the one before, and that is "
+          "recorded (device_errors). Then, in two-phase mode, the commit.");
 }
 
 }  // namespace kdagraph::python

@@ -157,9 +157,11 @@ void build_slot_indices(nb::handle slots_, nb::handle pool_, int64_t scratch_ste
 }
 
 // SPEC §9, §11: short_conv's engine (ops::short_conv), the fused-accept offset window over one conv
-// state [N, W - 2 + S, C] the caller owns.
+// state [N, W - 2 + S, C] the caller owns; SPEC §12: optionally this call's token tree (parent [B, T])
+// and the path the call before accepted (accept_index [B, T]).
 void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle bias_, nb::handle indices_,
-                nb::handle accepted_, nb::handle activation, nb::handle y_, nb::handle stream) {
+                nb::handle accepted_, nb::handle activation, nb::handle y_, nb::handle parent_,
+                nb::handle accept_index_, nb::handle stream) {
   const Array x = take(x_, "x");
   require_elem(x, {Elem::f32, Elem::bf16});
   require_shape(x, {-1, -1, -1});
@@ -204,6 +206,16 @@ void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle
   const Array y = take(y_, "output");
   require_shape(y, {B, T, C});
   same_io(y);
+  auto tree_array = [&](nb::handle obj, const char* name) {
+    Array a = take_optional(obj, name);
+    if (a.data == nullptr) return a;
+    require_elem(a, {Elem::i32});
+    require_shape(a, {B, T});
+    require_same_place(a, x);
+    return a;
+  };
+  const Array parent = tree_array(parent_, "parent_indices");
+  const Array accept_index = tree_array(accept_index_, "accept_index");
 
   ShortConvCall call;
   call.conv = ConvShape{int32_t(C), int32_t(W), conv_activation_from(activation, "activation")};
@@ -218,6 +230,8 @@ void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle
   call.conv_state = state_view(state.data, call.io_dtype, 1, state.dim(0) * state.row_stride, state.dim(0), state.row_stride);
   call.state_indices = indices.as<const int32_t>();
   call.num_accepted = accepted.as<const int32_t>();
+  call.parent = parent.as<const int32_t>();
+  call.accept_index = accept_index.as<const int32_t>();
   const Stream s = resolve_stream(x.backend, stream, x_);
   call.errors = module_errors(s);
   nb::gil_scoped_release release;
@@ -316,12 +330,13 @@ Elem io_elem(const RoundSpec& spec) { return elem_of(spec.io_dtype); }
 struct PyStorage {
   RoundSpec spec;
   LayerStates pool, scratch, cache, conv_state, conv_scratch;
-  Array accept_len, round_parity;
+  Array accept_len, round_parity, accept_path;
   SlotStorage storage;
   Backend backend = Backend::cpu;
 
   PyStorage(const PySpec& sp, nb::handle pool_, nb::handle accept_len_, int32_t scratch_steps, nb::handle scratch_,
-            nb::handle token_cache_, nb::handle round_parity_, nb::handle conv_state_, nb::handle conv_scratch_)
+            nb::handle token_cache_, nb::handle round_parity_, nb::handle conv_state_, nb::handle conv_scratch_,
+            nb::handle accept_path_)
       : spec(sp.spec) {
     const RowForm state_row{true, Elem::f32, int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k};
     pool = layer_states(pool_, "pool", spec, state_row);
@@ -363,6 +378,25 @@ struct PyStorage {
       storage.round_parity = round_parity.as<int32_t>();
     }
     take_conv(policy, conv_state_, conv_scratch_);
+    take_accept_path(accept_path_);
+  }
+
+  // SPEC §12: each slot's accepted path [P, T] int32, exactly where needs_accept_path(spec).
+  void take_accept_path(nb::handle accept_path_) {
+    if (!needs_accept_path(spec)) {
+      if (!accept_path_.is_none())
+        throw InvalidArgument("accept_path", "accept_path is given, but the spec keeps no accepted path (it is kept "
+                                             "with trees and a conv in fused-accept mode)");
+      return;
+    }
+    if (accept_path_.is_none())
+      throw InvalidArgument("accept_path", "accept_path is None: with trees and a conv, fused-accept keeps each slot's "
+                                           "accepted path, [P, T = " + std::to_string(spec.tokens) + "] int32");
+    accept_path = take(accept_path_, "accept_path");
+    require_elem(accept_path, {Elem::i32});
+    require_shape(accept_path, {storage.slots, spec.tokens});
+    require_same_place(accept_path, pool.arrays[0]);
+    storage.accept_path = accept_path.as<int32_t>();
   }
 
   // SPEC §9: the conv state [L, P, columns, C] (columns 2 (W - 1 + S): two halves; two-phase W - 1) and,
@@ -475,8 +509,11 @@ void bind_ops(nb::module_& m) {
         "draft_token_num"_a, "ssm_state_indices"_a, "num_accepted_tokens"_a, "stream"_a.none(),
         "SPEC §4, §11: SGLang's fused-accept index pair (ops::build_slot_indices).");
   m.def("_short_conv", &short_conv, "x"_a, "conv_state"_a, "weight"_a, "bias"_a.none(), "state_indices"_a,
-        "num_accepted_tokens"_a, "activation"_a.none(), "output"_a, "stream"_a.none(),
-        "SPEC §9, §11: the short convolution over one caller-owned conv state (ops::short_conv); short_conv's engine.");
+        "num_accepted_tokens"_a, "activation"_a.none(), "output"_a, "parent_indices"_a.none(), "accept_index"_a.none(),
+        "stream"_a.none(),
+        "SPEC §9, §11: the short convolution over one caller-owned conv state (ops::short_conv); short_conv's engine. "
+        "parent_indices [B, T]: this call's token tree per row (SPEC §12), None: chains; accept_index [B, T]: the "
+        "path each row accepted in the call before, None: the offset window of num_accepted_tokens.");
 
   nb::class_<PySpec>(m, "RoundSpec", "What every operation of a round agrees on (ops.hpp RoundSpec)")
       .def(
@@ -484,7 +521,7 @@ void bind_ops(nb::module_& m) {
           [](PySpec* self, int32_t layers, int32_t heads, int32_t value_heads, int32_t head_k, int32_t head_v,
              int32_t tokens, const std::string& io_dtype, nb::handle mode, bool l2norm_qk, nb::handle scale,
              const std::string& gate, float lower_bound, bool beta_is_logit, int32_t conv_width,
-             nb::handle conv_activation, bool pdl) {
+             nb::handle conv_activation, bool pdl, bool trees) {
             RoundSpec spec;
             spec.model = ModelShape{layers, heads, value_heads, head_k, head_v};
             spec.tokens = tokens;
@@ -493,17 +530,25 @@ void bind_ops(nb::module_& m) {
             spec.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
             spec.conv = conv_shape(spec.model, conv_width, conv_activation);
             spec.pdl = pdl;
+            spec.trees = trees;
             new (self) PySpec{spec};
           },
           nb::kw_only(), "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a, "tokens"_a,
           "io_dtype"_a = "float32", "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(),
           "gate"_a = "precomputed", "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "conv_width"_a = 0,
-          "conv_activation"_a.none() = "silu", "pdl"_a = true,
+          "conv_activation"_a.none() = "silu", "pdl"_a = true, "trees"_a = false,
           "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4, over C = 2 H K + HV V channels; "
           "conv_activation 'silu' or 'none' ('linear', None). pdl: programmatic dependent launch of the round's "
           "kernels on sm_90 and later (SPEC §5; an engine kernel just before one of them must not write the state "
-          "rows it reads); False launches each after the previous one has finished.")
+          "rows it reads); False launches each after the previous one has finished. trees: token trees (SPEC §12, "
+          "fused-accept and two-phase): build_indices takes each row's tree (parent), accept_path the sampler's "
+          "root-to-node paths; with a conv, conv_layer then verify_layer (conv_verify_layer refuses trees), and "
+          "in fused-accept the storage keeps each slot's accepted path (SlotStorage accept_path).")
       .def_prop_ro("pdl", [](const PySpec& s) { return s.spec.pdl; })
+      .def_prop_ro("trees", [](const PySpec& s) { return s.spec.trees; }, "Token trees (SPEC §12)")
+      .def_prop_ro("keeps_accept_path", [](const PySpec& s) { return needs_accept_path(s.spec); },
+                   "Whether a SlotStorage of this spec takes accept_path [P, T] int32 (trees with the conv state's "
+                   "halves: fused-accept with a conv)")
       .def_prop_ro("layers", [](const PySpec& s) { return s.spec.model.layers; })
       .def_prop_ro("tokens", [](const PySpec& s) { return s.spec.tokens; })
       .def_prop_ro("mode", [](const PySpec& s) { return s.spec.mode; })
@@ -531,12 +576,14 @@ void bind_ops(nb::module_& m) {
                         "(spec.conv_width > 0) the conv state [L, P, 2 (W - 1 + S) (two-phase: W - 1), C] and, in two-phase, "
                         "the conv scratch [L, P * S, W - 1, C] in the io dtype (or [L, rows, stride] with padded rows, or "
                         "lists of L arrays); round_parity [P] int32 (0 after a prefill) in replay, and in fused-accept with "
-                        "a conv")
+                        "a conv; accept_path [P, T] int32 where spec.keeps_accept_path (trees, fused-accept, a conv): "
+                        "each slot's accepted path, which accept_path writes and the next round's conv reads its "
+                        "history through (not read while a slot's accept_len is 0, so any values after a prefill)")
       .def(nb::init<const PySpec&, nb::handle, nb::handle, int32_t, nb::handle, nb::handle, nb::handle, nb::handle,
-                    nb::handle>(),
+                    nb::handle, nb::handle>(),
            "spec"_a, nb::kw_only(), "pool"_a, "accept_len"_a, "scratch_steps"_a, "scratch"_a.none() = nb::none(),
            "token_cache"_a.none() = nb::none(), "round_parity"_a.none() = nb::none(), "conv_state"_a.none() = nb::none(),
-           "conv_scratch"_a.none() = nb::none())
+           "conv_scratch"_a.none() = nb::none(), "accept_path"_a.none() = nb::none())
       .def_prop_ro("slots", [](const PyStorage& s) { return s.storage.slots; })
       .def_prop_ro("scratch_steps", [](const PyStorage& s) { return s.storage.scratch_steps; });
 
@@ -560,6 +607,7 @@ void bind_ops(nb::module_& m) {
         at("cache_to", idx.cache_to, rows);
         at("row_parity", idx.row_parity, rows);
         at("write_row", idx.write_row, int64_t(rows) * tokens);
+        at("parent", idx.parent, int64_t(rows) * tokens);
         return d;
       },
       "rows"_a, "tokens"_a, "Where each array of RoundIndices starts in its storage, and its length: {name: (offset, length)}");
@@ -567,17 +615,32 @@ void bind_ops(nb::module_& m) {
   m.def(
       "build_indices",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, nb::handle slots_, nb::handle n_real_,
-         int32_t rows, nb::handle stream) {
+         int32_t rows, nb::handle parent_, nb::handle stream) {
         require_backend_match(st, idx);
         const Array slots = int_array(slots_, "slots", rows, st);
         const Array n_real = int_array(n_real_, "n_real", 1, st);
+        Array parent;
+        if (!parent_.is_none()) {
+          if (!spec.spec.trees)
+            throw InvalidArgument("parent", "parent is given, but spec.trees is not set: RoundSpec(trees=True) verifies "
+                                            "token trees (SPEC §12)");
+          parent = take(parent_, "parent");
+          require_elem(parent, {Elem::i32});
+          require_shape(parent, {rows, spec.spec.tokens});
+          require_same_place(parent, st.pool.arrays[0]);
+        }
         const Stream s = resolve_stream(st.backend, stream, slots_);
         nb::gil_scoped_release release;
-        ops::build_indices(s, spec.spec, st.storage, BatchView{slots.as<const int32_t>(), n_real.as<const int32_t>(), rows},
+        ops::build_indices(s, spec.spec, st.storage,
+                           BatchView{slots.as<const int32_t>(), n_real.as<const int32_t>(), rows, parent.as<const int32_t>()},
                            idx.idx);
       },
-      "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "slots"_a, "n_real"_a, "rows"_a, "stream"_a.none() = nb::none(),
-      "SPEC §4: the round's indices from the batch (slots [rows], n_real [1], backend memory).");
+      "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "slots"_a, "n_real"_a, "rows"_a,
+      "parent"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "SPEC §4: the round's indices from the batch (slots [rows], n_real [1], backend memory). With spec.trees, "
+      "parent [rows, T] int32 (backend memory) gives each row's token tree (SPEC §12: parent[n][0] = -1, "
+      "parent[n][t] in [-1, t), -1 a child of the seed), copied into the indices the round's ops read; None: chains. "
+      "Read as the device reads it: a parent outside [-1, t) is read as t - 1 and recorded (device_errors).");
   m.def(
       "verify_layer",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, int32_t layer, nb::handle q_,
@@ -682,6 +745,28 @@ void bind_ops(nb::module_& m) {
       },
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "accepted"_a, "stream"_a.none() = nb::none(),
       "SPEC §3: accept the round, `accepted` [rows] int32 (the sampler's lengths, backend memory).");
+  m.def(
+      "accept_path",
+      [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle accept_index_,
+         nb::handle stream) {
+        require_backend_match(st, idx);
+        if (!spec.spec.trees)
+          throw InvalidArgument("accept_index", "accept_index is given, but spec.trees is not set: a round of chains "
+                                                "accepts lengths (accept)");
+        const Array accept_index = take(accept_index_, "accept_index");
+        require_elem(accept_index, {Elem::i32});
+        require_shape(accept_index, {rows, spec.spec.tokens});
+        require_same_place(accept_index, st.pool.arrays[0]);
+        const Stream s = resolve_stream(st.backend, stream, accept_index_);
+        nb::gil_scoped_release release;
+        ops::accept_path(s, spec.spec, st.storage, idx.idx, rows, accept_index.as<const int32_t>());
+      },
+      "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "accept_index"_a, "stream"_a.none() = nb::none(),
+      "SPEC §12, with spec.trees: accept the round from the sampler's root-to-node paths, `accept_index` [rows, T] "
+      "int32 (backend memory; SGLang's form: node indices from a child of the seed down the round's tree, then -1). "
+      "Each row's accept length becomes its last node + 1; in fused-accept with a conv the slot's path is kept "
+      "(SlotStorage accept_path). Read as the device reads it: a path is cut at its first node that is not a child "
+      "of the one before (a path cut to nothing keeps token 0), recorded (device_errors).");
   m.def(
       "commit",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle stream) {

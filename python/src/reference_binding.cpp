@@ -107,14 +107,15 @@ nb::object synthetic_conv_window(uint64_t seed, uint32_t request, int32_t layers
 }
 
 // `rounds` rounds of the host engine with a fixed batch (no retirements), fp32 io and state, outputs kept;
-// then every request retires. With conv_width > 0 the layers have the short convolution (SPEC §9). Returns
+// then every request retires. With conv_width > 0 the layers have the short convolution (SPEC §9); with
+// tree = K > 0 each round's tokens form hashed top-K trees (SPEC §12: synthetic_tree, synthetic_path). Returns
 // (outputs per round [L, n, T, HV, V], batch per round, [(request, slot, state [L, HV, V, K], conv window
 // [L, W - 1, C] or None)] in retirement order).
 nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t heads, int32_t value_heads,
                           int32_t head_k, int32_t head_v, int32_t tokens, int32_t slots, int32_t scratch_steps,
                           int32_t batch, nb::handle mode, const std::string& exec, bool l2norm_qk,
                           const std::string& gate, bool beta_is_logit, double accept_rate, uint64_t seed,
-                          int32_t rounds, int32_t conv_width, nb::handle conv_activation) {
+                          int32_t rounds, int32_t conv_width, nb::handle conv_activation, int32_t tree) {
   HostEngineConfig c;
   c.verifier.backend = backend_from(backend);
   c.verifier.model = ModelShape{layers, heads, value_heads, head_k, head_v};
@@ -127,6 +128,8 @@ nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t he
   c.verifier.options.gate = gate_from(gate);
   c.verifier.options.beta_is_logit = beta_is_logit;
   c.verifier.conv = conv_shape(c.verifier.model, conv_width, conv_activation);
+  c.verifier.trees = tree > 0;
+  c.tree = tree;
   c.runner.exec = exec == "eager" ? Exec::eager : Exec::graph;
   c.batch = batch;
   c.accept_rate = accept_rate;
@@ -163,6 +166,23 @@ nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t he
   return nb::make_tuple(outputs, batches, states);
 }
 
+// SPEC §12: the host engine's drafter and sampler for one slot's round (kernels/synthetic.h).
+std::vector<int32_t> synthetic_tree_of(uint64_t seed, uint32_t round, int32_t slot, int32_t tokens, int32_t top_k) {
+  require_in_range("synthetic_tree", "tokens", tokens, 1, kMaxSyntheticTree);
+  require_in_range("synthetic_tree", "top_k", top_k, 1, kMaxSyntheticTree);
+  std::vector<int32_t> parent(static_cast<size_t>(tokens));
+  synthetic_tree(seed, round, slot, tokens, top_k, parent.data());
+  return parent;
+}
+
+std::vector<int32_t> synthetic_path_of(uint64_t seed, uint32_t round, int32_t slot, double accept_rate,
+                                       const std::vector<int32_t>& parent) {
+  require_in_range("synthetic_path", "parent", int64_t(parent.size()), 1, kMaxSyntheticTree);
+  std::vector<int32_t> path(parent.size());
+  synthetic_path(seed, round, slot, int32_t(parent.size()), float(accept_rate), parent.data(), path.data());
+  return path;
+}
+
 }  // namespace
 
 void bind_reference(nb::module_& m) {
@@ -181,7 +201,11 @@ void bind_reference(nb::module_& m) {
   m.def("run_host_engine", &run_host_engine, nb::kw_only(), "backend"_a, "layers"_a, "heads"_a, "value_heads"_a,
         "head_k"_a, "head_v"_a, "tokens"_a, "slots"_a, "scratch_steps"_a, "batch"_a, "mode"_a, "exec"_a = "graph",
         "l2norm_qk"_a, "gate"_a, "beta_is_logit"_a, "accept_rate"_a, "seed"_a, "rounds"_a, "conv_width"_a = 0,
-        "conv_activation"_a.none() = "silu");
+        "conv_activation"_a.none() = "silu", "tree"_a = 0);
+  m.def("synthetic_tree", &synthetic_tree_of, "seed"_a, "round"_a, "slot"_a, "tokens"_a, "top_k"_a,
+        "The host engine's drafted tree of one slot's round: parent [T] (SPEC §12)");
+  m.def("synthetic_path", &synthetic_path_of, "seed"_a, "round"_a, "slot"_a, "accept_rate"_a, "parent"_a,
+        "The host engine's accepted root-to-node path [T] (-1 after its end) down `parent`");
 }
 
 }  // namespace kdagraph::python

@@ -15,9 +15,9 @@ T, S, P, BATCH, ROUNDS = 3, 4, 5, 3, 60
 OPTIONS = dict(l2norm_qk=True, gate="softplus", beta_is_logit=True)
 
 
-def round_inputs(seed, layer, N, conv_width):
-    """One layer's arrays for a runner of N rows, zeroed (poisoned before each round), with the engine's gate
-    parameters and, with a conv, its weights."""
+def round_inputs(seed, layer, N, conv_width, T=T):
+    """One layer's arrays for a runner of N rows of T tokens, zeroed (poisoned before each round), with the
+    engine's gate parameters and, with a conv, its weights."""
     L, H, HV, K, V = (SHAPE[x] for x in ("layers", "heads", "value_heads", "head_k", "head_v"))
     a_log, dt_bias = ref.synthetic_gate(seed, layer, HV, K)
     d = dict(q=np.zeros((N, T, H, K), np.float32), k=np.zeros((N, T, H, K), np.float32),
