@@ -120,6 +120,15 @@ void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes, cud
 #endif
 }
 
+void wait_for_device(Backend backend) {
+  if (backend == Backend::cpu) return;
+#if defined(KDAGRAPH_WITH_CUDA)
+  KDA_CUDA_CHECK(cudaDeviceSynchronize());
+#else
+  throw_no_cuda("wait_for_device");
+#endif
+}
+
 void fill_bytes(Backend backend, void* dst, int value, size_t bytes) {
   if (bytes == 0) return;
   if (backend == Backend::cpu) {

@@ -13,6 +13,8 @@ namespace kdagraph::detail {
 // ordered on `stream` after the work already enqueued there, and the call returns once it is done.
 void copy_to_backend(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
 void copy_to_host(Backend backend, void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
+// Waits for all of the device's work (cudaDeviceSynchronize); nothing on the CPU backend.
+void wait_for_device(Backend backend);
 void fill_bytes(Backend backend, void* dst, int value, size_t bytes);
 // Free device memory (cudaMemGetInfo) on CUDA, 0 on the CPU: what a graph took is the drop across it.
 int64_t free_device_bytes(Backend backend);
@@ -48,9 +50,14 @@ class Buffer {
   // Synchronous setup helpers, never on a round's hot path: on CUDA each finishes before it returns.
   void upload(const void* src, size_t bytes);
   void fill(int byte);
+  // The buffer's bytes once all the device's work has finished: the copy runs on the legacy default
+  // stream, which a non-blocking stream's kernels are not ordered before, so a read-back right after
+  // a round on such a stream could otherwise see the buffer before the round wrote it (seen on an H200:
+  // tests passed alone and failed with other processes on the GPU).
   template <class T>
   std::vector<T> download() const {
     std::vector<T> out(bytes_ / sizeof(T));
+    wait_for_device(backend_);
     copy_to_host(backend_, out.data(), data_, out.size() * sizeof(T));
     return out;
   }
