@@ -47,6 +47,8 @@ inline void expect_fused_engine_matches_unfused(HostEngineConfig c, const Stream
     EXPECT_TRUE(got.retired()[i].conv_window == want.retired()[i].conv_window)
         << "conv window of request " << want.retired()[i].request;
   }
+  // What a long run must have covered; a short one (the sanitizers' 3 rounds) may draw too few changes.
+  if (rounds < 20) return;
   EXPECT_GT(want.retired().size(), size_t(c.batch)) << "requests should retire along the way";
   EXPECT_GT(buckets.size(), 2u) << "the batches should cross buckets";
 }
