@@ -183,6 +183,13 @@ struct Verifier::Impl {
   }
 
   // Host-data entry points stage their data at call time; captured, a replay would repeat stale data.
+  // A host array of rows of the current batch: set, and n its size.
+  void check_batch_size(const char* where, int32_t rows) const {
+    require(n > 0, where, "batch", "is not set: call set_batch first");
+    require(rows == n, where, "n",
+            [&] { return "= " + std::to_string(rows) + " differs from the batch size " + std::to_string(n) + " of set_batch"; });
+  }
+
   static void require_not_capturing(const char* where, const Stream& s) {
     require(!detail::is_capturing(s), where, "stream", "is capturing a graph; call this between replays instead");
   }
@@ -389,9 +396,7 @@ void Verifier::enqueue_accept_from_host(const Stream& s, const int32_t* accepted
   Impl& m = *impl_;
   const char* where = "Verifier::enqueue_accept_from_host";
   detail::validate_stream(where, s, m.cfg.backend);
-  require(m.n > 0, where, "batch", "is not set: call set_batch first");
-  require(n == m.n, where, "n",
-          [&] { return "= " + std::to_string(n) + " differs from the batch size " + std::to_string(m.n) + " of set_batch"; });
+  m.check_batch_size(where, n);
   detail::validate_accept_lengths(where, accepted, n, m.cfg.tokens);
   m.require_not_capturing(where, s);
   m.uploader.upload(s, m.accepted, accepted, sizeof(int32_t) * size_t(n));
@@ -403,9 +408,7 @@ void Verifier::set_tree(const Stream& s, const int32_t* parent, int32_t n) {
   const char* where = "Verifier::set_tree";
   detail::validate_stream(where, s, m.cfg.backend);
   require(m.cfg.trees, where, "parent", "is given, but the Verifier was built without trees (VerifierConfig::trees)");
-  require(m.n > 0, where, "batch", "is not set: call set_batch first");
-  require(n == m.n, where, "n",
-          [&] { return "= " + std::to_string(n) + " differs from the batch size " + std::to_string(m.n) + " of set_batch"; });
+  m.check_batch_size(where, n);
   detail::validate_tree(where, parent, n, m.cfg.tokens);
   m.require_not_capturing(where, s);
   m.uploader.upload(s, m.parent, parent, sizeof(int32_t) * size_t(n) * size_t(m.cfg.tokens));
@@ -426,9 +429,7 @@ void Verifier::enqueue_accept_path_from_host(const Stream& s, const int32_t* acc
   const char* where = "Verifier::enqueue_accept_path_from_host";
   detail::validate_stream(where, s, m.cfg.backend);
   require(m.cfg.trees, where, "accept_index", "is given, but the Verifier was built without trees (VerifierConfig::trees)");
-  require(m.n > 0, where, "batch", "is not set: call set_batch first");
-  require(n == m.n, where, "n",
-          [&] { return "= " + std::to_string(n) + " differs from the batch size " + std::to_string(m.n) + " of set_batch"; });
+  m.check_batch_size(where, n);
   const int32_t T = m.cfg.tokens;
   detail::validate_accept_paths(where, accept_index, m.host_tree.data(), n, T);
   m.require_not_capturing(where, s);
