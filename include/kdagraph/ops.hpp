@@ -22,8 +22,8 @@
 // Programmatic dependent launch (SPEC §5, RoundSpec::pdl, on by default on sm_90 and later): each kernel
 // of a round may start while the kernel before it on the stream is still running. Before its wait on
 // that kernel it reads only what earlier rounds wrote (the seed rows of the pool or scratch, replay's
-// token cache rows, conv state columns, weights and gate parameters); the inputs of this round (q, k, v,
-// g, beta, x, the indices, accept lengths) only after. So does the first kernel of ours after a kernel
+// token cache rows, conv state columns, the slots' kept paths of a tree, weights and gate parameters);
+// the inputs of this round (q, k, v, g, beta, x, the indices, accept lengths) only after. So does the first kernel of ours after a kernel
 // of the engine's: an engine kernel placed just before a verify_layer, conv_layer, materialize or commit
 // (its projections, its own attention or MoE, a state copy of its own) must not write the state rows,
 // scratch rows, token cache rows or conv state the next operation reads for its batch, or that operation
