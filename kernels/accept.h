@@ -48,7 +48,8 @@ KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
   if (p.slot_path != nullptr) {
     int32_t* kept = p.slot_path + int64_t(slot) * p.tokens;
     const int32_t nodes = path != nullptr ? checked.nodes : a;
-    for (int32_t i = 0; i < p.tokens; ++i) kept[i] = i >= nodes ? -1 : (path != nullptr ? path[i] : i);
+    const bool from_path = path != nullptr && !checked.root_only;
+    for (int32_t i = 0; i < p.tokens; ++i) kept[i] = i >= nodes ? -1 : (from_path ? path[i] : i);
   }
   if (p.sets_slot) p.accept_len[slot] = a;
   else p.row_accept[n] = a;

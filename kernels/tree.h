@@ -40,6 +40,7 @@ KDA_HD uint32_t tree_branch_points(const int32_t* parent, int32_t tokens) {
 struct TreePath {
   int32_t nodes = 1;
   int32_t last = 0;
+  bool root_only = false;  // cut to nothing: token 0 alone, whatever the path's first entry says
 };
 
 // Row n's accept_index [T] as the kernels use it: the path from a child of the seed (a token whose
@@ -63,7 +64,7 @@ KDA_HD TreePath checked_path(const int32_t* path, const int32_t* parent, int32_t
     r.nodes = i + 1;
     r.last = node;
   }
-  if (r.nodes == 0) r = TreePath{};  // token 0, always a child of the seed
+  if (r.nodes == 0) r = TreePath{1, 0, true};  // token 0, always a child of the seed
   return r;
 }
 

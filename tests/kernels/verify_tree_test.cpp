@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/accept.h"
 #include "kernels/verify.h"
 #include "tests/common/verify_case.h"
 
@@ -141,6 +142,32 @@ TEST(VerifyTreeCpu, ParentsOutsideTheirRangeReadAsTheChainAndAreRecorded) {
   EXPECT_EQ(DeviceErrorCode(errors.code), DeviceErrorCode::parent_out_of_range);
   EXPECT_EQ(errors.row, 1);
   EXPECT_TRUE(errors.value == 2 || errors.value == -2) << errors.value;
+  EXPECT_EQ(errors.count, 2u);
+}
+
+// SPEC §12's accept of paths from device memory: the slot's accept length is the last good node + 1, and
+// the path it keeps (replay, the conv's halves) is exactly the accepted prefix, token 0 alone where the
+// path was cut to nothing.
+TEST(TreeAccept, TheKeptPathIsWhatWasAccepted) {
+  const int32_t T = 5;
+  const std::vector<int32_t> parent = {-1, 0, 0, -1, 1, /* row 1 */ -1, 0, 1, 2, 3, /* row 2 */ -1, 0, 0, 2, 3};
+  const std::vector<int32_t> paths = {0, 1, 4, -1, -1, /* row 1: 1 is no child of the seed */ 1, 2, -1, -1, -1,
+                                      /* row 2: 4 is no child of 2 */ 0, 2, 4, -1, -1};
+  std::vector<int32_t> row_slot = {2, 0, 1}, accept_len(3, 7), kept(size_t(3 * T), 9);
+  DeviceErrorWord errors;
+  AcceptParams p;
+  p.rows = 3;
+  p.tokens = T;
+  p.row_slot = row_slot.data();
+  p.accept_index = paths.data();
+  p.parent = parent.data();
+  p.accept_len = accept_len.data();
+  p.slot_path = kept.data();
+  p.errors = &errors;
+  accept_cpu(p);
+  EXPECT_EQ(accept_len, (std::vector<int32_t>{1, 3, 5}));  // slots 0, 1, 2 <- rows 1, 2, 0
+  EXPECT_EQ(kept, (std::vector<int32_t>{0, -1, -1, -1, -1, /* slot 1 */ 0, 2, -1, -1, -1, /* slot 2 */ 0, 1, 4, -1, -1}));
+  EXPECT_EQ(DeviceErrorCode(errors.code), DeviceErrorCode::path_invalid);
   EXPECT_EQ(errors.count, 2u);
 }
 
