@@ -205,7 +205,8 @@ struct TreeRounds {
 class TreeRoundsTest : public ::testing::TestWithParam<std::tuple<Mode, DType>> {};
 
 TEST_P(TreeRoundsTest, EachRoundSeedsFromTheAcceptedNode) {
-  const auto [mode, state] = GetParam();
+  const Mode mode = std::get<0>(GetParam());
+  const DType state = std::get<1>(GetParam());
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(std::string(to_string(mode)) + " state=" + to_string(state) + " seed=" + std::to_string(seed));
   TreeRounds r(mode, state, seed);
@@ -446,7 +447,8 @@ TEST(TreeEngine, TreesAndPathsFromTheHostAreCheckedByName) {
 class ConvTreeRounds : public ::testing::TestWithParam<std::tuple<Mode, DType>> {};
 
 TEST_P(ConvTreeRounds, MatchTheReference) {
-  const auto [mode, io] = GetParam();
+  const Mode mode = std::get<0>(GetParam());  // plain locals: clang does not let a lambda capture a binding
+  const DType io = std::get<1>(GetParam());
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(std::string(to_string(mode)) + " io=" + to_string(io) + " seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
