@@ -67,10 +67,12 @@ KDA_HD CopyRows copy_rows(const StateCopyParams& p, int32_t e, int32_t layer, bo
 }
 
 // Materialize's last step for entry e: the listed slot, if in range, back to the form a prefill leaves
-// (accept_len 0, parity 0).
+// (accept_len 0, parity 0). A slot listed twice is reset by its first entry only (checked_slot; the
+// copy already recorded it): two threads writing one word is a data race even when they write the same
+// value (ThreadSanitizer reported it on the SIMT executor).
 KDA_HD void reset_slot(const StateCopyParams& p, int32_t e) {
-  const int32_t slot = p.slot_of[e];
-  if (slot < 0 || slot >= p.slots) return;
+  const int32_t slot = checked_slot(p.slot_of, e, p.slots, p.errors, false);
+  if (slot < 0) return;
   p.accept_len[slot] = 0;
   if (p.round_parity != nullptr) p.round_parity[slot] = 0;
 }
