@@ -1,5 +1,5 @@
 // SPEC §10: the operations of a round over caller-owned buffers. Each validates, then builds its
-// kernel's parameters and enqueues them through the backend seam (graph/dispatch.h).
+// kernel's parameters (graph/ops_params.h) and enqueues them through the backend seam (graph/dispatch.h).
 #include "kdagraph/ops.hpp"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "graph/dispatch.h"
+#include "graph/ops_params.h"
 #include "graph/validate.h"
 #include "kernels/accept.h"
 #include "kernels/conv.h"
@@ -101,165 +102,6 @@ void validate_round(const char* where, const Stream& s, const RoundSpec& spec, c
   detail::validate_indices(where, spec, idx, rows);
 }
 
-// The verify of one layer of `rows` rows, without its inputs and indices.
-VerifyParams layer_params(const RoundSpec& spec, const SlotStorage& st, int32_t rows, int32_t layer) {
-  const ModePolicy policy = mode_policy(spec.mode);
-  VerifyParams p;
-  p.rows = rows;
-  p.tokens = spec.tokens;
-  p.heads = spec.model.heads;
-  p.value_heads = spec.model.value_heads;
-  p.head_k = spec.model.head_k;
-  p.head_v = spec.model.head_v;
-  p.io_dtype = spec.io_dtype;
-  p.options = spec.options;
-  p.pool = st.pool;
-  p.layer = layer;
-  p.writes_scratch = policy.per_token_scratch;
-  if (policy.per_token_scratch) p.scratch = st.scratch;
-  if (policy.token_cache) {
-    p.token_cache = st.token_cache;
-    p.cache_tokens = spec.tokens;
-  }
-  p.errors = st.errors;
-  return p;
-}
-
-StateCopyParams copy_params(const RoundSpec& spec, const SlotStorage& st, int32_t count, const int32_t* slot_of,
-                            const int32_t* accept_of) {
-  StateCopyParams p;
-  p.count = count;
-  p.slot_of = slot_of;
-  p.accept_of = accept_of;
-  p.accept_len = st.accept_len;
-  p.slots = st.slots;
-  p.scratch_steps = st.scratch_steps;
-  p.row_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
-  p.pool = st.pool;
-  p.scratch = st.scratch;
-  if (needs_round_parity(spec)) p.round_parity = st.round_parity;
-  p.errors = st.errors;
-  return p;
-}
-
-// The conv's parameters shared by the round's conv and the standalone short_conv.
-ConvParams conv_params(const ConvShape& shape, DType io_dtype, int32_t rows, int32_t tokens,
-                       const ConvLayerInputs& in) {
-  ConvParams p;
-  p.rows = rows;
-  p.tokens = tokens;
-  p.channels = shape.channels;
-  p.width = shape.width;
-  p.activation = shape.activation;
-  p.io_dtype = io_dtype;
-  p.x = in.x;
-  p.weight = in.weight;
-  p.bias = in.bias;
-  for (int s = 0; s < kMaxConvSegments; ++s) p.out[s] = in.out[s];
-  return p;
-}
-
-// The conv window moves of `count` entries over every layer: from the conv scratch (commit) or within
-// the conv state (materialize).
-ConvWindowParams window_params(const RoundSpec& spec, const SlotStorage& st, int32_t count, const int32_t* slot_of,
-                               const int32_t* accept_of, bool from_scratch) {
-  ConvWindowParams p;
-  p.count = count;
-  p.slot_of = slot_of;
-  p.accept_of = accept_of;
-  p.accept_len = st.accept_len;
-  p.slots = st.slots;
-  p.scratch_steps = st.scratch_steps;
-  // The recurrent state's clamp (indices.h), so a corrupt length moves both states alike.
-  p.max_accept = mode_policy(spec.mode).token_cache ? spec.tokens : st.scratch_steps;
-  if (needs_accept_path(spec) && !from_scratch) {
-    p.slot_path = st.accept_path;
-    p.path_tokens = spec.tokens;
-  }
-  p.channels = spec.conv.channels;
-  p.width = spec.conv.width;
-  p.layers = spec.model.layers;
-  p.io_dtype = spec.io_dtype;
-  p.from_scratch = from_scratch;
-  p.state = st.conv_state;
-  if (from_scratch) p.scratch = st.conv_scratch;
-  else p.round_parity = st.round_parity;
-  p.errors = st.errors;
-  return p;
-}
-
-// What the index build reads for `batch` (its outputs unset): the build's parameters, and a verify's
-// pre-round data (VerifyParams::pre_round).
-IndexBuildParams index_params(const RoundSpec& spec, const SlotStorage& storage, const BatchView& batch) {
-  IndexBuildParams p;
-  p.slots = batch.slots;
-  p.n_real = batch.n_real;
-  p.accept_len = storage.accept_len;
-  p.pool_slots = storage.slots;
-  p.scratch_steps = storage.scratch_steps;
-  p.tokens = spec.tokens;
-  p.rows = batch.rows;
-  p.policy = mode_policy(spec.mode);
-  if (needs_round_parity(spec)) p.round_parity = storage.round_parity;
-  if (spec.trees) p.parent = batch.parent;
-  p.errors = storage.errors;
-  return p;
-}
-
-// A round's verify of layer `layer` with its inputs and the round's indices; with `batch`, the
-// pre-round data its early loads follow (SPEC §5).
-VerifyParams round_verify_params(const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
-                                 int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch) {
-  VerifyParams p = layer_params(spec, storage, rows, layer);
-  p.q = in.q;
-  p.k = in.k;
-  p.v = in.v;
-  p.g = in.g;
-  p.beta = in.beta;
-  p.o = in.o;
-  p.A_log = in.A_log;
-  p.dt_bias = in.dt_bias;
-  p.seed_pool = idx.seed_pool;
-  p.seed_scratch = idx.seed_scratch;
-  p.write_row = idx.write_row;
-  if (spec.trees) p.parent = idx.parent;
-  if (mode_policy(spec.mode).token_cache) {
-    p.replay_count = idx.seed_accept;
-    p.replay_from = idx.replay_from;
-    p.cache_to = idx.cache_to;
-    if (needs_accept_path(spec)) p.slot_path = storage.accept_path;
-  }
-  if (batch != nullptr) p.pre_round = index_params(spec, storage, *batch);
-  return p;
-}
-
-// A round's conv of layer `layer` over the round's indices, its outputs those of `in`.
-ConvParams round_conv_params(const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
-                             int32_t rows, int32_t layer, const ConvLayerInputs& in) {
-  const ModePolicy policy = mode_policy(spec.mode);
-  ConvParams p = conv_params(spec.conv, spec.io_dtype, rows, spec.tokens, in);
-  p.state = storage.conv_state;
-  p.layer = layer;
-  p.slots = storage.slots;
-  p.scratch_steps = storage.scratch_steps;
-  p.layout = conv_layout(policy);
-  p.row_slot = idx.row_slot;
-  if (policy.conv_offset_window) {
-    p.row_accept = idx.seed_accept;
-    p.row_parity = idx.row_parity;
-  } else {
-    p.scratch = storage.conv_scratch;
-    p.write_row = idx.write_row;
-  }
-  if (spec.trees) p.parent = idx.parent;
-  if (needs_accept_path(spec)) {
-    p.slot_path = storage.accept_path;
-    p.path_tokens = spec.tokens;
-  }
-  p.errors = storage.errors;
-  return p;
-}
-
 }  // namespace
 
 void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const BatchView& batch,
@@ -271,7 +113,7 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
           "is set but spec.trees is not: set trees to verify token trees (SPEC §12)");
   if (batch.parent != nullptr) detail::require_buffer(where, "batch.parent", batch.parent, alignof(int32_t));
   nvtx::Scoped range(nvtx::Range::index_build, batch.rows);
-  IndexBuildParams p = index_params(spec, storage, batch);
+  IndexBuildParams p = detail::index_params(spec, storage, batch);
   p.out = idx;
   detail::enqueue<BuildIndicesOp>(s, p, spec.pdl);
 }
@@ -284,7 +126,7 @@ void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& sto
   detail::validate_layer_inputs(where, in, spec);
   if (batch != nullptr) detail::validate_batch_view(where, *batch);
   nvtx::Scoped range(nvtx::Range::layer, layer);
-  detail::enqueue<VerifyOp>(s, round_verify_params(spec, storage, idx, rows, layer, in, batch), spec.pdl);
+  detail::enqueue<VerifyOp>(s, detail::round_verify_params(spec, storage, idx, rows, layer, in, batch), spec.pdl);
 }
 
 void conv_verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
@@ -298,14 +140,7 @@ void conv_verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage
   detail::validate_layer_inputs(where, in, spec, false);
   if (batch != nullptr) detail::validate_batch_view(where, *batch);
   nvtx::Scoped range(nvtx::Range::layer, layer);
-  // q, k and v stay in the kernel: the conv has no output segments and the verify no q, k, v buffers.
-  ConvLayerInputs x_only = conv;
-  for (ConvOutputSegment& seg : x_only.out) seg = ConvOutputSegment{};
-  LayerInputs rest = in;
-  rest.q = rest.k = rest.v = nullptr;
-  VerifyParams p = round_verify_params(spec, storage, idx, rows, layer, rest, batch);
-  p.conv = round_conv_params(spec, storage, idx, rows, layer, x_only);
-  detail::enqueue<VerifyOp>(s, p, spec.pdl);
+  detail::enqueue<VerifyOp>(s, detail::conv_verify_params(spec, storage, idx, rows, layer, conv, in, batch), spec.pdl);
 }
 
 void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& seeds, const StateView& states,
@@ -402,7 +237,7 @@ void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& stora
   detail::validate_layer_index(where, layer, spec.model.layers);
   detail::validate_conv_inputs(where, in, spec.conv.channels, spec.io_dtype);
   nvtx::Scoped range(nvtx::Range::conv, layer);
-  detail::enqueue<ConvOp>(s, round_conv_params(spec, storage, idx, rows, layer, in), spec.pdl);
+  detail::enqueue<ConvOp>(s, detail::round_conv_params(spec, storage, idx, rows, layer, in), spec.pdl);
 }
 
 void short_conv(const Stream& s, const ShortConvCall& c) {
@@ -434,7 +269,7 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   detail::require_buffer(where, "num_accepted", c.num_accepted, alignof(int32_t));
   if (c.errors != nullptr) detail::require_buffer(where, "errors", c.errors, alignof(DeviceErrorWord));
   nvtx::Scoped range(nvtx::Range::conv, 0);
-  ConvParams p = conv_params(c.conv, c.io_dtype, c.batch, c.tokens, in);
+  ConvParams p = detail::conv_params(c.conv, c.io_dtype, c.batch, c.tokens, in);
   p.state = c.conv_state;
   p.slots = int32_t(std::min<int64_t>(c.conv_state.rows, INT32_MAX));
   p.scratch_steps = c.scratch_steps;
@@ -502,9 +337,9 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
   require(mode_policy(spec.mode).commit, where, "spec.mode",
           [&] { return std::string("= ") + to_string(spec.mode) + ": this mode has no commit (two-phase has)"; });
   nvtx::Scoped range(nvtx::Range::commit, rows);
-  detail::enqueue<CopyAcceptedStatesOp>(s, copy_params(spec, storage, rows, idx.row_slot, idx.row_accept), spec.pdl);
+  detail::enqueue<CopyAcceptedStatesOp>(s, detail::copy_params(spec, storage, rows, idx.row_slot, idx.row_accept), spec.pdl);
   if (spec.conv.width > 0)
-    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, rows, idx.row_slot, idx.row_accept, true), spec.pdl);
+    detail::enqueue<ConvWindowOp>(s, detail::window_params(spec, storage, rows, idx.row_slot, idx.row_accept, true), spec.pdl);
 }
 
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
@@ -528,12 +363,12 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
     }
   }
   nvtx::Scoped range(nvtx::Range::materialize, count);
-  const StateCopyParams p = copy_params(spec, storage, count, slots, nullptr);
+  const StateCopyParams p = detail::copy_params(spec, storage, count, slots, nullptr);
   if (replay) {
     // The pending prefix is applied by the verify kernel itself, with no new tokens: the same code and
     // order as the next verify would replay it with.
     for (int32_t l = 0; l < spec.model.layers; ++l) {
-      VerifyParams v = layer_params(spec, storage, count, l);
+      VerifyParams v = detail::layer_params(spec, storage, count, l);
       v.tokens = 0;
       v.slot_list = slots;
       v.slots = storage.slots;
@@ -552,7 +387,7 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
   // The conv window moves to column 0 while accept_len still names where it is. Two-phase keeps it
   // there already.
   if (spec.conv.width > 0 && mode_policy(spec.mode).conv_offset_window)
-    detail::enqueue<ConvWindowOp>(s, window_params(spec, storage, count, slots, nullptr, false), spec.pdl);
+    detail::enqueue<ConvWindowOp>(s, detail::window_params(spec, storage, count, slots, nullptr, false), spec.pdl);
   detail::enqueue<ResetAcceptLenOp>(s, p, spec.pdl);
 }
 
