@@ -141,8 +141,10 @@ KDA_HD float beta_value(const VerifyOptions& opt, float raw) {
 }
 
 // ---- the update of one state element S[j][i] ---------------------------------------------------------
-//   a = exp(g[i]);  S' = a * S;  p[j] += S' * k[i];  u[j] = beta * (v[j] - p[j]);
-//   S = S' + k[i] * u[j];  o[j] += S * q[i]
+//   a = exp(g[i]);  S' = a * S;  p[j] += S' * k[i];  oq[j] += S' * q[i];  u[j] = beta * (v[j] - p[j]);
+//   S = S' + k[i] * u[j];  o[j] = oq[j] + u[j] * (k . q)
+// The output is SPEC §1's o = S q, summed from the decayed state in the same pass as p (issue 31: one
+// reduction a token), since S q = S' q + u (k . q).
 
 KDA_HD float decay_factor(float log_decay_i) { return expf(log_decay_i); }
 KDA_HD float decayed(float s, float a) { return a * s; }

@@ -57,14 +57,14 @@ struct UnitGrid {
 };
 
 // A thread's working buffers for one unit, carved from its cpu_thread_scratch: the key-side vectors of
-// the unit's U tokens and one group of state rows, kp = padded_lanes(K) floats each (zeros beyond K),
+// the unit's U tokens (and each new token's k . q) and one group of state rows, kp = padded_lanes(K) floats each (zeros beyond K),
 // the scratch row of each new token's post-state, and with the conv fused its outputs for the new tokens
 // (conv_head's q [T][K], k [T][K], v [T][V], in the io dtype). With a token tree (SPEC §12), also the
 // checked parent of each new token and the state of a row group before the first new token and after
 // each one, in fp32: a token whose parent is not the token before it starts from its parent's.
 struct UnitScratch {
   int64_t kp;
-  float *q, *k, *a, *beta, *rows;
+  float *q, *k, *a, *beta, *kq, *rows;
   void* conv;
   int32_t* write_row;
   float* kept = nullptr;     // [T + 1][kRowGroup][kp] with a tree
@@ -79,7 +79,7 @@ struct UnitScratch {
   }
   static size_t bytes(const VerifyParams& p) {
     const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
-    const int64_t floats = (3 * tokens + kRowGroup) * padded_lanes(p.head_k) + padded_lanes(int32_t(tokens)) +
+    const int64_t floats = (3 * tokens + kRowGroup) * padded_lanes(p.head_k) + 2 * padded_lanes(int32_t(tokens)) +
                            conv_floats(p) + kept_floats(p);
     return size_t(floats) * sizeof(float) + size_t(p.tokens) * sizeof(int32_t) +
            (p.parent != nullptr ? size_t(2 * p.tokens + 1) * sizeof(int32_t) : 0);
@@ -91,7 +91,8 @@ struct UnitScratch {
     k = q + tokens * kp;
     a = k + tokens * kp;
     beta = a + tokens * kp;
-    float* conv_base = beta + padded_lanes(int32_t(tokens));
+    kq = beta + padded_lanes(int32_t(tokens));
+    float* conv_base = kq + padded_lanes(int32_t(tokens));
     conv = conv_base;
     float* kept_base = conv_base + conv_floats(p);
     if (p.parent != nullptr) kept = kept_base;
@@ -167,41 +168,43 @@ void load_and_normalize(const VerifyParams& p, const void* src, int64_t offset, 
   for (int64_t c = 0; c < kp; c += kLanes) store(dst + c, mul(load(dst + c), set1(mult)));
 }
 
-// [TAG_UPDATE_ORDER] One token's update of R state rows, kp floats apart from `s`:
-//   S' = a S;  p = sum S' k;  u = beta (v - p);  S = S' + k u;  and for a new token (q given) o = sum S q.
+// [TAG_UPDATE_ORDER] One token's update of R state rows, kp floats apart from `s`, in the CUDA kernels'
+// formula (OutputFormula::decayed_state, kernels/verify_update.cuh): one pass sums p = sum S' k and, for
+// a new token (q given), sum S' q over the decayed state S' = a S; then u = beta (v - p), S = S' + k u,
+// and o = sum S' q + u (k . q), with kq = k . q.
 template <int R>
 void update_rows(float* s, int64_t kp, const float* k, const float* a, float beta, const float (&v)[R],
-                 const float* q, float (&o)[R]) {
-  Vec proj[R];
-  for (int r = 0; r < R; ++r) proj[r] = zero();
+                 const float* q, float kq, float (&o)[R]) {
+  Vec proj[R], qproj[R];
+  for (int r = 0; r < R; ++r) proj[r] = qproj[r] = zero();
   for (int64_t c = 0; c < kp; c += kLanes) {
     const Vec kc = load(k + c), ac = load(a + c);
     for (int r = 0; r < R; ++r) {
       const Vec decayed = mul(ac, load(s + r * kp + c));
       store(s + r * kp + c, decayed);
       proj[r] = fmadd(decayed, kc, proj[r]);
+      if (q != nullptr) qproj[r] = fmadd(decayed, load(q + c), qproj[r]);
     }
   }
+  float u[R];
   Vec delta[R];
-  for (int r = 0; r < R; ++r) delta[r] = set1(math::delta(beta, v[r], reduce_add(proj[r])));
-  if (q == nullptr) {
-    for (int64_t c = 0; c < kp; c += kLanes) {
-      const Vec kc = load(k + c);
-      for (int r = 0; r < R; ++r) store(s + r * kp + c, fmadd(kc, delta[r], load(s + r * kp + c)));
-    }
-    return;
+  for (int r = 0; r < R; ++r) {
+    u[r] = math::delta(beta, v[r], reduce_add(proj[r]));
+    delta[r] = set1(u[r]);
   }
-  Vec out[R];
-  for (int r = 0; r < R; ++r) out[r] = zero();
   for (int64_t c = 0; c < kp; c += kLanes) {
-    const Vec kc = load(k + c), qc = load(q + c);
-    for (int r = 0; r < R; ++r) {
-      const Vec updated = fmadd(kc, delta[r], load(s + r * kp + c));
-      store(s + r * kp + c, updated);
-      out[r] = fmadd(updated, qc, out[r]);
-    }
+    const Vec kc = load(k + c);
+    for (int r = 0; r < R; ++r) store(s + r * kp + c, fmadd(kc, delta[r], load(s + r * kp + c)));
   }
-  for (int r = 0; r < R; ++r) o[r] = reduce_add(out[r]);
+  if (q == nullptr) return;
+  for (int r = 0; r < R; ++r) o[r] = math::fmadd(u[r], kq, reduce_add(qproj[r]));
+}
+
+// k . q of a new token's normalized vectors (zeros past K), summed as the vectors' own sums are.
+float dot(const float* k, const float* q, int64_t kp) {
+  Vec acc = zero();
+  for (int64_t c = 0; c < kp; c += kLanes) acc = fmadd(load(k + c), load(q + c), acc);
+  return reduce_add(acc);
 }
 
 // R state rows (K apart in memory) into the working rows, in fp32, zeros beyond K.
@@ -263,7 +266,8 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
     const TokenSource src = u.tokens.source(t);
     float v[R], out[R];
     for (int r = 0; r < R; ++r) v[r] = io_value<IoT>(src.v, src.v_off + j + r);
-    update_rows<R>(w.rows, w.kp, w.k + t * w.kp, w.a + t * w.kp, w.beta[t], v, src.q ? w.q + t * w.kp : nullptr, out);
+    update_rows<R>(w.rows, w.kp, w.k + t * w.kp, w.a + t * w.kp, w.beta[t], v, src.q ? w.q + t * w.kp : nullptr,
+                   w.kq[t], out);
     if (t < replay) {
       if (t == replay - 1) {  // the accepted prefix is applied: the pool holds it from now on
         store_rows(u.writeback + int64_t(j) * K, w.rows, w.kp, K, R, false);
@@ -337,8 +341,12 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
   for (int32_t t = 0; t < rows.count; ++t) {
     const TokenSource src = rows.tokens.source(t);
     float* a = w.a + t * w.kp;
-    if (src.q != nullptr) load_and_normalize<IoT>(p, src.q, src.q_off, q_scale, w.q + t * w.kp, w.kp);
     load_and_normalize<IoT>(p, src.k, src.k_off, 1.0f, w.k + t * w.kp, w.kp);
+    w.kq[t] = 0.0f;
+    if (src.q != nullptr) {
+      load_and_normalize<IoT>(p, src.q, src.q_off, q_scale, w.q + t * w.kp, w.kp);
+      w.kq[t] = dot(w.k + t * w.kp, w.q + t * w.kp, w.kp);
+    }
     for (int32_t i = 0; i < K; ++i) {
       const float dt = p.dt_bias ? p.dt_bias[int64_t(h) * K + i] : 0.0f;
       a[i] = math::decay_factor(math::log_decay(p.options, io_value<IoT>(src.g, src.g_off + i), a_log, dt));
