@@ -1,5 +1,5 @@
-// [TAG_LAUNCH_SEAM] The host half of the launch seam that is not a template: whether the current device
-// has programmatic dependent launch.
+// [TAG_LAUNCH_SEAM] The host half of the launch seam that is not a template: what the launchers ask of
+// the current device (programmatic dependent launch, its multiprocessors), once per device.
 #include <cuda_runtime_api.h>
 
 #include <array>
@@ -23,6 +23,20 @@ bool device_has_pdl() {
     known[size_t(device)].store(k, std::memory_order_relaxed);
   }
   return k == 2;
+}
+
+int device_multiprocessors() {
+  // Per device ordinal: 0 not asked yet. A device that cannot say counts as one multiprocessor.
+  static std::array<std::atomic<int32_t>, 64> known{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= int(known.size())) return 1;
+  int32_t count = known[size_t(device)].load(std::memory_order_relaxed);
+  if (count == 0) {
+    int sms = 0;
+    count = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && sms > 0 ? sms : 1;
+    known[size_t(device)].store(count, std::memory_order_relaxed);
+  }
+  return count;
 }
 
 }  // namespace kdagraph::detail

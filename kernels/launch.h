@@ -25,6 +25,9 @@ namespace detail {
 // Whether the current device has programmatic dependent launch (compute capability 9.0 or later); asked
 // once per device (kernels/launch.cpp, CUDA builds).
 bool device_has_pdl();
+// The current device's multiprocessor count, asked once per device (kernels/launch.cpp); the SIMT
+// executor's stand-in device has simt::Options::multiprocessors. Launchers size their choices by it.
+int device_multiprocessors();
 }  // namespace detail
 
 }  // namespace kdagraph

@@ -226,6 +226,17 @@ KDA_HD float stored_value(float x) {
 // Host backend: both cores over the independent (row, head) units. Runs now.
 void verify_cpu(const VerifyParams& p);
 
+// [TAG_VERIFY_SHAPES] Which of the library's tiles the CUDA verify launches for `units` (row, value head)
+// pairs on a device of `multiprocessors` SMs (kernels/verify_shapes.cuh): wide, a block a head, once
+// there are heads enough for two blocks an SM; narrow, several blocks a head, below, so a small batch
+// still spreads over the device. Both compute the same bits, so a bucket's graph and an eager call of
+// fewer rows agree whichever each takes.
+enum class VerifyTiling { narrow, wide };
+inline constexpr int64_t kWideTileUnitsPerSm = 2;
+inline VerifyTiling verify_tiling(int64_t units, int32_t multiprocessors) {
+  return units >= kWideTileUnitsPerSm * multiprocessors ? VerifyTiling::wide : VerifyTiling::narrow;
+}
+
 }  // namespace kdagraph
 
 #if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU

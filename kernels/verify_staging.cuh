@@ -1,19 +1,21 @@
-// SPEC §1, §3, §9 on the device: how a verify block (kernels/verify.cu) brings its tokens' inputs into
-// shared memory. The small per-token inputs are copied kChunkTokens tokens at a time with cp.async, so a
-// chunk costs one memory round trip and no registers; then the block preprocesses them once (L2 norm
-// and scale of q and k, the gate, beta) rather than once per lane group.
+// SPEC §1, §3, §9 on the device: how a verify block (kernels/verify_kernel.cuh) brings its tokens' inputs
+// into shared memory, kChunkTokens tokens at a time. Each warp preprocesses whole tokens (L2 norm and
+// scale of q and k, their dot product, the gate's decay of every key channel) from its own loads, once
+// per block: with a head-wide tile, once per head. The tile's v rows come by cp.async, beta and the
+// post-state rows by plain loads; one barrier then hands the chunk to the token loop.
 //
-// With the short convolution fused in (ConvStaging), a new token's q, k and v are not copied: the block
+// With the short convolution fused in (ConvStaging), a new token's q, k and v are not read: the block
 // stages x for its channels (the q and k channels of its query/key head and the v channels of its tile)
 // after the W - 1 inputs of its conv window, convolves them with conv_output_value of kernels/conv.h,
-// and rounds y to the io dtype where the copy would have put it, so the rest of the verify sees bitwise
-// what the conv operation followed by the verify sees. The owner of a channel writes its history
-// [TAG_CONV_LAYOUT].
+// and rounds y to the io dtype where the preprocessing and the token loop read it, so the rest of the
+// verify sees bitwise what the conv operation followed by the verify sees. The owner of a channel
+// writes its history [TAG_CONV_LAYOUT].
 #pragma once
 
 #include <cuda_pipeline.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/conv.h"
 #include "kernels/kda_math.h"
@@ -25,55 +27,18 @@ namespace kdagraph::verify_detail {
 constexpr int kChunkTokens = 8;  // tokens staged in shared memory at a time
 constexpr int kVecBytes = 16;    // one cp.async
 
-// Tile shape for head dim K (= V) with kRows V rows per lane group. Four warps per block; at K = 128 a
-// tile is 16 rows, so batch 1 with HV = 16 still launches 128 blocks.
-// [TAG_VERIFY_TILE] profiling/bench_verify_cuda.cu's traffic-only twin repeats this grid at K = 128.
-template <int K, int kRows>
-struct VerifyTile {
-  static constexpr int kGroupLanes = K / kSlice;  // 32 at K = 128, 16 at K = 64
-  static constexpr int kGroupsPerWarp = kWarpSize / kGroupLanes;
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = kWarps * kWarpSize;
-  // Registers: at most 128 a thread (four blocks an SM). Without a bound ptxas chose 96 for some
-  // variants and spilled around the division slow path's calls; with one of five, the fused conv spills.
-  static constexpr int kMinBlocksPerSm = 4;
-  static constexpr int kTileV = kWarps * kGroupsPerWarp * kRows;
-  static constexpr int kTilesPerHead = K / kTileV;
-  static_assert(kGroupLanes <= kWarpSize && kWarpSize % kGroupLanes == 0, "a lane group lies in one warp");
-  static_assert(K % kTileV == 0, "tiles cover a head exactly");
-  static_assert(K <= kThreads, "one thread per key channel when staging dt_bias");
-};
-
-// Rows per lane group for each supported head dim: 16-row tiles at both.
-template <int K>
-struct VerifyConfig;
-template <>
-struct VerifyConfig<128> {
-  static constexpr int kRows = 4;
-};
-template <>
-struct VerifyConfig<64> {
-  static constexpr int kRows = 2;
-};
-
-// Up to kChunkTokens tokens of inputs. The *_in arrays are the io-dtype bytes as copied (or, fused, as
-// the conv rounds them); q, k and a are what the update reads: q and k times their qk_multiplier, a the
-// per-channel decay factor.
+// A chunk's inputs as the token loop reads them: q and k times their qk_multiplier, their dot product
+// (OutputFormula::decayed_state), a the per-channel decay factor, the tile's v rows in the io dtype.
 template <int K, int kTileV, class IoT>
 struct alignas(kVecBytes) StagedTokens {
-  IoT q_in[kChunkTokens][K];
-  IoT k_in[kChunkTokens][K];
-  IoT g_in[kChunkTokens][K];
-  IoT v[kChunkTokens][kTileV];  // the tile's rows, converted where read
+  IoT v[kChunkTokens][kTileV];
   float q[kChunkTokens][K];
   float k[kChunkTokens][K];
   float a[kChunkTokens][K];
-  float dt_bias[K];
-  float a_log;
+  float kq[kChunkTokens];
   float beta[kChunkTokens];
   int32_t write_row[kChunkTokens];
-  static_assert(K * sizeof(IoT) % kVecBytes == 0 && kTileV * sizeof(IoT) % kVecBytes == 0,
-                "rows copy in whole 16-byte vectors");
+  static_assert(kTileV * sizeof(IoT) % kVecBytes == 0, "v rows copy in whole 16-byte vectors");
 };
 
 // One 16-byte vector of io elements, from shared to global memory.
@@ -85,11 +50,14 @@ __device__ __forceinline__ void copy16(IoT* dst, const IoT* src) {
 // The fused conv's inputs: the block's kChannels channels are three runs of x and of the conv state,
 // the K q channels and the K k channels of its query/key head and the kTileV v channels of its tile.
 // history row i holds the input W - 1 - i tokens before the chunk's first new token (rows [0, W - 1):
-// its conv window), then the chunk's new tokens' x.
+// its conv window), then the chunk's new tokens' x. y_q and y_k are the conv's q and k of the chunk's
+// new tokens (its v goes to StagedTokens::v).
 template <int K, int kTileV, class IoT>
 struct alignas(kVecBytes) ConvStaging {
   static constexpr int kChannels = 2 * K + kTileV;
   IoT history[kMaxConvWidth - 1 + kChunkTokens][kChannels];
+  IoT y_q[kChunkTokens][K];
+  IoT y_k[kChunkTokens][K];
   float weight[kChannels][kMaxConvWidth];
   float bias[kChannels];
   static_assert(kChannels * sizeof(IoT) % kVecBytes == 0, "history rows copy in whole 16-byte vectors");
@@ -152,29 +120,79 @@ __device__ __forceinline__ TokenPtrs<IoT> token_ptrs(const VerifyParams& p, cons
           static_cast<const IoT*>(p.v) + (tok * HV + b.h) * V + b.v0, beta};
 }
 
-// The layer's parameters a block needs, which no kernel of the round writes, so they may be copied
-// before the grid dependency wait: the gate parameters and, fused, the conv weights and bias of its
-// channels. Started as cp.async; the first chunk's wait covers them.
-template <int K, int kTileV, int kThreads, bool kConv, class IoT>
-__device__ __forceinline__ void stage_layer_params(const VerifyParams& p, const BlockRow& b,
-                                                   StagedTokens<K, kTileV, IoT>& st,
-                                                   ConvStaging<K, kTileV, IoT>* cs) {
-  const int tid = int(threadIdx.x);
-  if (p.dt_bias != nullptr && tid < K)
-    __pipeline_memcpy_async(&st.dt_bias[tid], p.dt_bias + int64_t(b.h) * K + tid, sizeof(float));
-  if (p.A_log != nullptr && tid == 0) __pipeline_memcpy_async(&st.a_log, p.A_log + b.h, sizeof(float));
-  if (kConv) {
-    constexpr int kChannels = ConvStaging<K, kTileV, IoT>::kChannels;
-    const ConvRuns runs = conv_runs(p, b);
-    const int32_t W = p.conv.width;
-    for (int e = tid; e < kChannels * W; e += kThreads) {
-      const int lc = e / W, j = e % W;
-      __pipeline_memcpy_async(&cs->weight[lc][j], p.conv.weight + conv_channel_of<K>(runs, lc) * W + j, sizeof(float));
-    }
-    if (p.conv.bias != nullptr)
-      for (int lc = tid; lc < kChannels; lc += kThreads)
-        __pipeline_memcpy_async(&cs->bias[lc], p.conv.bias + conv_channel_of<K>(runs, lc), sizeof(float));
+// N consecutive io values from global memory, as fp32, in one vector load where they fill one (the
+// verify only reads them: the read-only path may serve them).
+template <int N, class IoT>
+__device__ __forceinline__ void load_lane(const IoT* src, float (&x)[N]) {
+  constexpr int kBytes = N * int(sizeof(IoT));
+  IoT v[N];
+  if constexpr (kBytes == 16) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
+    std::memcpy(v, &w, sizeof w);
+  } else if constexpr (kBytes == 8) {
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+    std::memcpy(v, &w, sizeof w);
+  } else if constexpr (kBytes == 4) {
+    const unsigned w = __ldg(reinterpret_cast<const unsigned*>(src));
+    std::memcpy(v, &w, sizeof w);
+  } else {
+    for (int e = 0; e < N; ++e) v[e] = src[e];
   }
+#pragma unroll
+  for (int e = 0; e < N; ++e) x[e] = math::to_f32(v[e]);
+}
+
+// The same from shared memory (the fused conv's y).
+template <int N, class IoT>
+__device__ __forceinline__ void load_lane_shared(const IoT* src, float (&x)[N]) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) x[e] = math::to_f32(src[e]);
+}
+
+// N consecutive io values to global memory, rounded from fp32, in 16-byte vector stores where they fill
+// them, else in one of 8 or 4 bytes: `dst` is aligned to that width.
+template <int N, class IoT>
+__device__ __forceinline__ void store_lane(IoT* dst, const float (&x)[N]) {
+  constexpr int kBytes = N * int(sizeof(IoT));
+  IoT v[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) v[e] = math::from_f32<IoT>(x[e]);
+  if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) {
+      uint4 w;
+      std::memcpy(&w, reinterpret_cast<const char*>(v) + 16 * i, sizeof w);
+      __stcg(reinterpret_cast<uint4*>(dst) + i, w);
+    }
+  } else if constexpr (kBytes == 8) {
+    uint2 w;
+    std::memcpy(&w, v, sizeof w);
+    __stcg(reinterpret_cast<uint2*>(dst), w);
+  } else if constexpr (kBytes == 4) {
+    unsigned w;
+    std::memcpy(&w, v, sizeof w);
+    __stcg(reinterpret_cast<unsigned*>(dst), w);
+  } else {
+    for (int e = 0; e < N; ++e) dst[e] = v[e];
+  }
+}
+
+// The fused conv's weights and bias of the block's channels, which no kernel of the round writes: copied
+// before the grid dependency wait, as cp.async; the first chunk's wait covers them.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void stage_conv_params(const VerifyParams& p, const BlockRow& b,
+                                                  ConvStaging<K, kTileV, IoT>& cs) {
+  constexpr int kChannels = ConvStaging<K, kTileV, IoT>::kChannels;
+  const int tid = int(threadIdx.x);
+  const ConvRuns runs = conv_runs(p, b);
+  const int32_t W = p.conv.width;
+  for (int e = tid; e < kChannels * W; e += kThreads) {
+    const int lc = e / W, j = e % W;
+    __pipeline_memcpy_async(&cs.weight[lc][j], p.conv.weight + conv_channel_of<K>(runs, lc) * W + j, sizeof(float));
+  }
+  if (p.conv.bias != nullptr)
+    for (int lc = tid; lc < kChannels; lc += kThreads)
+      __pipeline_memcpy_async(&cs.bias[lc], p.conv.bias + conv_channel_of<K>(runs, lc), sizeof(float));
   __pipeline_commit();
 }
 
@@ -209,30 +227,21 @@ __device__ __forceinline__ ChunkTokens chunk_tokens(const BlockRow& b, int32_t u
   return ChunkTokens{u0, count, first, first - b.r.replay, n_new};
 }
 
-// Starts the copies of a chunk's tokens into shared memory: q (new tokens only), k and g rows and the
-// tile's v as 16-byte cp.async, beta and write_row with plain loads. Fused (kConv), the new tokens'
-// x rows of the block's conv channels instead of their q, k and v, after the conv window.
+// Starts the copies of a chunk's tile inputs into shared memory: the tile's v rows (fused, the replayed
+// tokens' only: the conv makes the new ones) as 16-byte cp.async, and, fused, the new tokens' x rows of
+// the block's conv channels after the conv window; beta and the post-state rows with plain loads.
 template <int K, int kTileV, int kThreads, bool kConv, class IoT>
-__device__ __forceinline__ void copy_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
-                                            StagedTokens<K, kTileV, IoT>& st, ConvStaging<K, kTileV, IoT>* cs) {
+__device__ __forceinline__ void copy_tile_inputs(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                                 StagedTokens<K, kTileV, IoT>& st, ConvStaging<K, kTileV, IoT>* cs) {
   constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
-  constexpr int kRowVecs = K / kElemsPerVec;        // 16-byte vectors in one q, k or g row
-  constexpr int kTileVecs = kTileV / kElemsPerVec;  // ... in the tile's part of one v row
+  constexpr int kTileVecs = kTileV / kElemsPerVec;  // 16-byte vectors in the tile's part of one v row
   const int tid = int(threadIdx.x);
-
-  for (int c = tid; c < ch.count * kRowVecs; c += kThreads) {
-    const int tt = c / kRowVecs, e = c % kRowVecs * kElemsPerVec;
-    const TokenPtrs<IoT> t = token_ptrs<K, kConv, IoT>(p, b, ch.u0 + tt);
-    if (t.q != nullptr) __pipeline_memcpy_async(&st.q_in[tt][e], t.q + e, kVecBytes);
-    if (t.k != nullptr) __pipeline_memcpy_async(&st.k_in[tt][e], t.k + e, kVecBytes);
-    __pipeline_memcpy_async(&st.g_in[tt][e], t.g + e, kVecBytes);
-  }
   for (int c = tid; c < ch.count * kTileVecs; c += kThreads) {
     const int tt = c / kTileVecs, e = c % kTileVecs * kElemsPerVec;
     const IoT* v = token_ptrs<K, kConv, IoT>(p, b, ch.u0 + tt).v;
     if (v != nullptr) __pipeline_memcpy_async(&st.v[tt][e], v + e, kVecBytes);
   }
-  if (kConv) {
+  if constexpr (kConv) {
     constexpr int kVecs = ConvStaging<K, kTileV, IoT>::kChannels / kElemsPerVec;
     const ConvRuns runs = conv_runs(p, b);
     const int64_t C = p.conv.channels;
@@ -249,6 +258,77 @@ __device__ __forceinline__ void copy_tokens(const VerifyParams& p, const BlockRo
     st.beta[tid] = math::beta_value(p.options, math::to_f32(*token_ptrs<K, kConv, IoT>(p, b, u).beta));
     const bool report = b.h == 0 && b.v0 == 0;
     st.write_row[tid] = u >= b.r.replay ? post_state_row(p, b.n, u - b.r.replay, report) : -1;
+  }
+}
+
+// Each warp's tokens of the chunk (token tt to warp tt % warps), from the warp's own loads (the gate
+// parameters' among them: weights, which no kernel of the round writes, read here in the shadow of the
+// inputs' loads rather than held in registers from before the grid dependency wait): q (new tokens
+// only) and k times their qk_multiplier (the L2 norm's sums of squares warp-wide reductions), their dot
+// product, and the decay factor of every key channel. Replay mode: the new tokens' k and g as given
+// (fused: k as the conv made it) to the cache row, for the next round's replay; k and g are shared by
+// the tiles of a value head (and k by the G value heads of a query head), so one block writes each.
+// Fused (kConv), a new token's q and k come from the conv's y in shared memory, after a barrier.
+template <int K, int kTileV, int kThreads, bool kConv, class IoT>
+__device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                                  StagedTokens<K, kTileV, IoT>& st, const ConvStaging<K, kTileV, IoT>* cs) {
+  constexpr int kPerLane = K / kWarpSize;
+  constexpr int kWarps = kThreads / kWarpSize;
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  const int e0 = lane * kPerLane;
+  const float q_scale = math::query_scale(p.options, K);
+  // The gate parameters of the lane's key channels (dt_bias is 4-byte aligned: scalar loads), with the
+  // head's gate scale (the exp of A_log) computed once, not per channel.
+  const float gate_scale = math::gate_scale(p.options, p.A_log != nullptr ? __ldg(p.A_log + b.h) : 0.0f);
+  float dt_bias[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e)
+    dt_bias[e] = p.dt_bias != nullptr ? __ldg(&p.dt_bias[int64_t(b.h) * K + e0 + e]) : 0.0f;
+  const TokenCacheLayout cache{p.cache_tokens, p.heads, p.value_heads, K, K};
+  IoT* cache_row = reinterpret_cast<IoT*>(b.cache_to);
+  const bool first_tile = b.v0 == 0, writes_k = first_tile && b.h % (p.value_heads / p.heads) == 0;
+  for (int tt = warp; tt < ch.count; tt += kWarps) {  // warp-uniform
+    const int32_t u = ch.u0 + tt, t = u - b.r.replay;
+    const bool has_q = t >= 0;
+    const TokenPtrs<IoT> src = token_ptrs<K, kConv, IoT>(p, b, u);
+    float q[kPerLane], k[kPerLane], g[kPerLane];
+    if (kConv && has_q) {
+      load_lane_shared<kPerLane, IoT>(cs->y_k[tt] + e0, k);
+      load_lane_shared<kPerLane, IoT>(cs->y_q[tt] + e0, q);
+    } else {
+      load_lane<kPerLane, IoT>(src.k + e0, k);
+      if (has_q) load_lane<kPerLane, IoT>(src.q + e0, q);
+    }
+    load_lane<kPerLane, IoT>(src.g + e0, g);
+    if (cache_row != nullptr && has_q) {
+      if (writes_k) store_lane<kPerLane, IoT>(cache_row + cache.k_offset(t, b.hq) + e0, k);
+      if (first_tile) store_lane<kPerLane, IoT>(cache_row + cache.g_offset(t, b.h) + e0, g);
+    }
+    float sum_sq[2] = {0.0f, 0.0f};  // k's, q's
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      sum_sq[0] = math::accumulate(sum_sq[0], k[e], k[e]);
+      if (has_q) sum_sq[1] = math::accumulate(sum_sq[1], q[e], q[e]);
+    }
+    if (p.options.l2norm_qk) group_sums<kWarpSize, 2>(sum_sq);
+    const float k_mult = math::qk_multiplier(p.options.l2norm_qk, sum_sq[0], 1.0f);
+    const float q_mult = math::qk_multiplier(p.options.l2norm_qk, sum_sq[1], q_scale);
+    float kq[1] = {0.0f};
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      k[e] = k[e] * k_mult;
+      st.k[tt][e0 + e] = k[e];
+      if (has_q) {
+        q[e] = q[e] * q_mult;
+        st.q[tt][e0 + e] = q[e];
+        kq[0] = math::accumulate(kq[0], k[e], q[e]);
+      }
+      st.a[tt][e0 + e] = math::decay_factor(math::log_decay_scaled(p.options, g[e], gate_scale, dt_bias[e]));
+    }
+    if (has_q) {
+      group_sums<kWarpSize, 1>(kq);
+      if (lane == 0) st.kq[tt] = kq[0];
+    }
   }
 }
 
@@ -269,10 +349,10 @@ __device__ __forceinline__ IoT tree_conv_input(const VerifyParams& p, const Bloc
 }
 
 // Once a chunk's x has landed: y of each (new token, conv channel) from its W inputs in the history,
-// rounded to the io dtype, where the copy would have put q, k and v.
+// rounded to the io dtype, where the preprocessing (q, k) and the token loop (v) read it.
 template <int K, int kTileV, int kThreads, int W, bool kTree, class IoT>
 __device__ __forceinline__ void convolve_chunk(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
-                                               StagedTokens<K, kTileV, IoT>& st, const ConvStaging<K, kTileV, IoT>& cs) {
+                                               StagedTokens<K, kTileV, IoT>& st, ConvStaging<K, kTileV, IoT>& cs) {
   constexpr int kChannels = ConvStaging<K, kTileV, IoT>::kChannels;
   for (int e = int(threadIdx.x); e < ch.n_new * kChannels; e += kThreads) {
     const int i = e / kChannels, lc = e % kChannels;
@@ -287,8 +367,8 @@ __device__ __forceinline__ void convolve_chunk(const VerifyParams& p, const Bloc
     const IoT y = math::from_f32<IoT>(conv_output_value<W>(p.conv, w, window, math::to_f32(cs.history[i + W - 1][lc]), bias));
     const int tt = ch.first - ch.u0 + i;
     const int run = conv_run<K>(lc);
-    if (run == 0) st.q_in[tt][lc] = y;
-    else if (run == 1) st.k_in[tt][lc - K] = y;
+    if (run == 0) cs.y_q[tt][lc] = y;
+    else if (run == 1) cs.y_k[tt][lc - K] = y;
     else st.v[tt][lc - 2 * K] = y;
   }
 }
@@ -343,73 +423,25 @@ __device__ __forceinline__ void shift_conv_history(int32_t W, int32_t previous_n
     for (int j = 0; j < W - 1; ++j) cs.history[j][lc] = cs.history[previous_new + j][lc];
 }
 
-// Once a chunk has landed: the new tokens' inputs, as given (fused: as the conv made them), into the
-// cache row for the next round's replay. The tile's v rows are this block's; k, g and beta are shared by
-// the tiles of a value head (and k by the G value heads of a query head), so one block writes each.
+// Once a chunk has landed: the new tokens' v and beta, as given (fused: v as the conv made it), into the
+// cache row for the next round's replay (preprocess_tokens writes k and g). The tile's v rows are this
+// block's; beta is shared by the tiles of a value head, so the first tile writes it.
 template <int K, int kTileV, int kThreads, bool kConv, class IoT>
 __device__ __forceinline__ void store_new_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
                                                  const StagedTokens<K, kTileV, IoT>& st) {
   if (b.cache_to == nullptr) return;
   constexpr int V = K;
   constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
-  constexpr int kRowVecs = K / kElemsPerVec, kTileVecs = kTileV / kElemsPerVec;
+  constexpr int kTileVecs = kTileV / kElemsPerVec;
   const TokenCacheLayout c{p.cache_tokens, p.heads, p.value_heads, K, V};
   IoT* row = reinterpret_cast<IoT*>(b.cache_to);
-  const bool first_tile = b.v0 == 0, writes_k = first_tile && b.h % (p.value_heads / p.heads) == 0;
   const int tid = int(threadIdx.x);
-  for (int c16 = tid; c16 < ch.count * kRowVecs; c16 += kThreads) {
-    const int tt = c16 / kRowVecs, e = c16 % kRowVecs * kElemsPerVec, t = ch.u0 + tt - b.r.replay;
-    if (t < 0) continue;
-    if (writes_k) copy16(row + c.k_offset(t, b.hq) + e, &st.k_in[tt][e]);
-    if (first_tile) copy16(row + c.g_offset(t, b.h) + e, &st.g_in[tt][e]);
-  }
   for (int c16 = tid; c16 < ch.count * kTileVecs; c16 += kThreads) {
     const int tt = c16 / kTileVecs, e = c16 % kTileVecs * kElemsPerVec, t = ch.u0 + tt - b.r.replay;
     if (t >= 0) copy16(row + c.v_offset(t, b.h) + b.v0 + e, &st.v[tt][e]);
   }
-  if (first_tile && tid < ch.count && ch.u0 + tid >= b.r.replay)
+  if (b.v0 == 0 && tid < ch.count && ch.u0 + tid >= b.r.replay)
     row[c.beta_offset(ch.u0 + tid - b.r.replay, b.h)] = *token_ptrs<K, kConv, IoT>(p, b, ch.u0 + tid).beta;
-}
-
-// Once the copies have landed: q (new tokens) and k times their qk_multiplier (one warp per vector, the
-// L2 norm's sum of squares a warp-wide reduction), and the decay factor of every key channel, with the
-// head's gate scale (the exp of A_log) computed once, not per channel.
-template <int K, int kTileV, int kThreads, class IoT>
-__device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
-                                                  StagedTokens<K, kTileV, IoT>& st) {
-  constexpr int kPerLane = K / kWarpSize;
-  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
-  const float q_scale = math::query_scale(p.options, K);
-  for (int task = warp; task < 2 * ch.count; task += kThreads / kWarpSize) {
-    const int tt = task / 2;
-    const bool is_q = task % 2 == 0;
-    if (is_q && ch.u0 + tt < b.r.replay) continue;  // a cached token has no query (warp-uniform)
-    const IoT* src = (is_q ? st.q_in[tt] : st.k_in[tt]) + lane * kPerLane;
-    float x[kPerLane];
-    float sum_sq = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      x[e] = math::to_f32(src[e]);
-      sum_sq = math::accumulate(sum_sq, x[e], x[e]);
-    }
-    if (p.options.l2norm_qk) {
-      float sums[1] = {sum_sq};
-      group_sums<kWarpSize>(sums);
-      sum_sq = sums[0];
-    }
-    const float mult = math::qk_multiplier(p.options.l2norm_qk, sum_sq, is_q ? q_scale : 1.0f);
-    float* dst = (is_q ? st.q[tt] : st.k[tt]) + lane * kPerLane;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) dst[e] = x[e] * mult;
-  }
-  const float gate_scale = math::gate_scale(p.options, p.A_log != nullptr ? st.a_log : 0.0f);
-  const bool has_dt_bias = p.dt_bias != nullptr;
-  for (int e = int(threadIdx.x); e < ch.count * K; e += kThreads) {
-    const int tt = e / K, i = e % K;
-    const float log_decay =
-        math::log_decay_scaled(p.options, math::to_f32(st.g_in[tt][i]), gate_scale, has_dt_bias ? st.dt_bias[i] : 0.0f);
-    st.a[tt][i] = math::decay_factor(log_decay);
-  }
 }
 
 // Waits for every copy this thread started: a block that leaves early still waits for its copies to

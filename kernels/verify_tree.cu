@@ -1,5 +1,28 @@
-// SPEC §12: the verify of a token tree (VerifyParams::parent), kernels/verify.cu's kernel with kTree, in
-// a unit of its own. It keeps branch states in the thread's local memory by design ([TAG_TREE]), which
-// verify.cu's ptxas check (-warn-lmem-usage, kernels/CMakeLists.txt) refuses for the chain kernels.
-#define KDAGRAPH_VERIFY_TREE_UNIT 1
-#include "kernels/verify.cu"
+// SPEC §12: the verify of a token tree (VerifyParams::parent), the family's kernel (kernels/
+// verify_kernel.cuh) with kTree, on the narrow tile, in a unit of its own. It keeps branch states in
+// local memory by design ([TAG_TREE]), which verify.cu's ptxas check (-warn-lmem-usage,
+// kernels/CMakeLists.txt) refuses for the chain kernels.
+#include "kernels/verify_kernel.cuh"
+#include "kernels/verify_shapes.cuh"
+
+namespace kdagraph::verify_detail {
+
+template <int K, class IoT, class StateT>
+cudaError_t launch_tree(const VerifyParams& p, Launch on) {
+  using Tiles = LibraryTiles<K>;
+  constexpr OutputFormula kFormula = OutputFormula::decayed_state;
+  if (p.conv.width > 0)
+    return launch_verify_tiles<typename Tiles::fused, kFormula, VerifyProbe::none, true, true, IoT, StateT>(p, on);
+  return launch_verify_tiles<typename Tiles::narrow, kFormula, VerifyProbe::none, false, true, IoT, StateT>(p, on);
+}
+
+template cudaError_t launch_tree<128, float, float>(const VerifyParams&, Launch);
+template cudaError_t launch_tree<128, float, bf16>(const VerifyParams&, Launch);
+template cudaError_t launch_tree<128, bf16, float>(const VerifyParams&, Launch);
+template cudaError_t launch_tree<128, bf16, bf16>(const VerifyParams&, Launch);
+template cudaError_t launch_tree<64, float, float>(const VerifyParams&, Launch);
+template cudaError_t launch_tree<64, float, bf16>(const VerifyParams&, Launch);
+template cudaError_t launch_tree<64, bf16, float>(const VerifyParams&, Launch);
+template cudaError_t launch_tree<64, bf16, bf16>(const VerifyParams&, Launch);
+
+}  // namespace kdagraph::verify_detail

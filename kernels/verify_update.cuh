@@ -1,10 +1,16 @@
-// SPEC §1 on the device: one lane's part of a token update. A lane holds a 4-element slice of K of kRows
-// state rows (kernels/verify.cu); sums over K are the lane's own products, then a butterfly across its
-// lane group. Every value is the element arithmetic of kernels/kda_math.h, the CPU's [TAG_UPDATE_ORDER].
+// SPEC §1 on the device: one lane's part of a token update, for every tile shape of the verify kernel
+// family (kernels/verify_kernel.cuh). Every value is the element arithmetic of kernels/kda_math.h, the
+// CPU's [TAG_UPDATE_ORDER].
 //
-// The update is cut into the pieces the kernel interleaves across tokens: token t's output sum and token
-// t + 1's projection sum both read S_t, so they share one butterfly (sums_pair) instead of two in a row.
-// Each sum still adds the same products in the same butterfly order, so the values are unchanged.
+// [TAG_VERIFY_TILE] The shape of a tile is a compile-time choice (VerifyTile): kLanes lanes share a V
+// row (a lane group), each holding kChunks chunks of 4 key channels of each of its kRows rows; kWarps
+// warps make a block. Every shape computes the same bits: a sum over K is fixed as K / 4 chunk sums
+// (each chunk's own chain of multiply-adds), combined by one butterfly tree over the chunks, whose steps
+// wider than the lane group a lane takes in its own registers and the rest by shuffles. The lane of
+// group lane l holds chunks l, l + kLanes, l + 2 kLanes, ... (channel (l + j kLanes) * 4), so each load
+// and store of a chunk is coalesced across the group. Since IEEE addition commutes, each in-lane step
+// gives what the shuffle it replaces gives. So a bucket's graph and an eager call of fewer rows, which
+// may run different shapes, agree bitwise.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +22,43 @@ namespace kdagraph::verify_detail {
 using math::bf16;
 
 constexpr int kWarpSize = 32;
-constexpr int kSlice = 4;  // state elements of one V row per lane
+constexpr int kSlice = 4;  // key channels of one chunk
 
-// A lane's slice of one state row: 16 bytes in fp32, 8 in bf16. The .cg intrinsics keep the vector
+// How a token's output is summed (SPEC §1 gives o = S_t q):
+//   decayed_state: one pass over the lane's slice sums both S'k and S'q (S' = a S, the decayed state),
+//                  and o = S'q + u (k . q): one butterfly per token, no pass after the rank-1 update.
+//                  The library's formula; kernels/verify_cpu.cpp computes the same one.
+//   post_state:    o = S_t q after the rank-1 update, its butterfly shared with the next token's
+//                  projection. The formula before issue 31, kept for the sweep's comparison.
+enum class OutputFormula { decayed_state, post_state };
+
+// What the sweep's probes leave out, to split a verify's time by difference (profiling/
+// bench_verify_sweep.cu); the library launches VerifyProbe::none only.
+enum class VerifyProbe {
+  none,
+  no_state_stores,  // no post-state and no pool writeback: the time the state stores take
+  prologue_only,    // no token loop: the seed read, the index and input round trips and the staging
+};
+
+template <int K, int kLanes_, int kRows_, int kWarps_, int kMinBlocksPerSm_>
+struct VerifyTile {
+  static constexpr int kHeadDim = K;
+  static constexpr int kLanes = kLanes_;    // lanes of a group, sharing a V row
+  static constexpr int kRows = kRows_;      // V rows of a group
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+  static constexpr int kChunks = K / kSlice / kLanes;  // chunks of a row a lane holds
+  static constexpr int kGroupsPerWarp = kWarpSize / kLanes;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kTileV = kWarps * kGroupsPerWarp * kRows;
+  static constexpr int kTilesPerHead = K / kTileV;
+  static_assert(kLanes >= 1 && kLanes <= kWarpSize && kWarpSize % kLanes == 0, "a lane group lies in one warp");
+  static_assert(K % (kSlice * kLanes) == 0 && (kChunks & (kChunks - 1)) == 0,
+                "a row is a power-of-two number of chunks a lane");
+  static_assert(K % kTileV == 0, "tiles cover a head exactly");
+};
+
+// A lane's chunk of one state row: 16 bytes in fp32, 8 in bf16. The .cg intrinsics keep the vector
 // width (a plain dereference may be split into scalar stores) and go through L2 only: the seed may be
 // a row this same launch writes (SPEC §3), so neither the read-only path nor L1 may serve it.
 __device__ __forceinline__ void load_slice(const float* src, float (&x)[kSlice]) {
@@ -37,17 +77,23 @@ __device__ __forceinline__ void load_slice(const bf16* src, float (&x)[kSlice]) 
   x[3] = math::to_f32(bf16{uint16_t(w.y >> 16)});
 }
 
-__device__ __forceinline__ void store_slice(float* dst, const float (&x)[kSlice]) {
-  __stcg(reinterpret_cast<float4*>(dst), make_float4(x[0], x[1], x[2], x[3]));
+// Stores a chunk. `streaming`: a post-state, which this round does not read again (the next round
+// reads one of them, long after the other layers have passed through L2): evict-first. Otherwise (the
+// pool row replay writes back) through L2 as a plain store.
+__device__ __forceinline__ void store_slice(float* dst, const float (&x)[kSlice], bool streaming) {
+  const float4 w = make_float4(x[0], x[1], x[2], x[3]);
+  if (streaming) __stcs(reinterpret_cast<float4*>(dst), w);
+  else __stcg(reinterpret_cast<float4*>(dst), w);
 }
 
-__device__ __forceinline__ void store_slice(bf16* dst, const float (&x)[kSlice]) {
+__device__ __forceinline__ void store_slice(bf16* dst, const float (&x)[kSlice], bool streaming) {
   const auto bits = [](float f) { return uint32_t(math::f32_to_bf16(f).bits); };
-  __stcg(reinterpret_cast<uint2*>(dst),
-         make_uint2(bits(x[0]) | bits(x[1]) << 16, bits(x[2]) | bits(x[3]) << 16));
+  const uint2 w = make_uint2(bits(x[0]) | bits(x[1]) << 16, bits(x[2]) | bits(x[3]) << 16);
+  if (streaming) __stcs(reinterpret_cast<uint2*>(dst), w);
+  else __stcg(reinterpret_cast<uint2*>(dst), w);
 }
 
-// A lane's slice of a staged fp32 vector (shared memory).
+// A lane's chunk of a staged fp32 vector (shared memory).
 __device__ __forceinline__ void load4(const float* src, float (&x)[kSlice]) {
   const float4 w = *reinterpret_cast<const float4*>(src);
   x[0] = w.x;
@@ -81,44 +127,100 @@ __device__ __forceinline__ void group_sums_pair(float (&x)[kRows], float (&y)[kR
   }
 }
 
-// [TAG_UPDATE_ORDER] A token's update of a lane's kRows rows, in two pieces around the sum of p:
-//   decay_and_project: S' = a S, and the lane's part of p = sum S' k;
-//   apply_delta:       u = beta (v - p), S = S' + k u.
-template <int kRows>
-__device__ __forceinline__ void decay_and_project(float (&s)[kRows][kSlice], const float (&a)[kSlice],
-                                                  const float (&k)[kSlice], float (&proj)[kRows]) {
+// The butterfly steps wider than the lane group, in the lane's registers: chunk j meets chunk
+// j + half, as lane (l + j kLanes) would meet lane (l + (j + half) kLanes) at that step. out[r] is row
+// r's sum over the lane's chunks, as the shuffles below the group's width expect it.
+template <int kChunks, int kRows>
+__device__ __forceinline__ void chunk_sums(float (&x)[kRows][kChunks], float (&out)[kRows]) {
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    proj[r] = 0.0f;
+  for (int half = kChunks / 2; half > 0; half /= 2) {
 #pragma unroll
-    for (int c = 0; c < kSlice; ++c) {
-      s[r][c] = math::decayed(s[r][c], a[c]);
-      proj[r] = math::accumulate(proj[r], s[r][c], k[c]);
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int j = 0; j < half; ++j) x[r][j] = x[r][j] + x[r][j + half];
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) out[r] = x[r][0];
+}
+
+// A lane's slice of the state: kRows rows of kChunks chunks.
+template <class Tile>
+using StateSlice = float[Tile::kRows][Tile::kChunks][kSlice];
+
+// Chunk j of a staged K-vector, as lane `group_lane` holds it.
+template <class Tile>
+__device__ __forceinline__ int chunk_channel(int group_lane, int j) {
+  return (group_lane + j * Tile::kLanes) * kSlice;
+}
+
+// [TAG_UPDATE_ORDER] S' = a S, and the lane's part of p = sum S' k (and, kWithQ, of sum S' q: a replayed
+// token has no output, nor does OutputFormula::post_state take it from S').
+template <class Tile, bool kWithQ>
+__device__ __forceinline__ void decay_and_project(StateSlice<Tile>& s, const float* a, const float* k, const float* q,
+                                                  int group_lane, float (&proj)[Tile::kRows],
+                                                  float (&qproj)[Tile::kRows]) {
+  constexpr int R = Tile::kRows, C = Tile::kChunks;
+  float pk[R][C], pq[R][C];
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    const int i = chunk_channel<Tile>(group_lane, j);
+    float aj[kSlice], kj[kSlice], qj[kSlice];
+    load4(a + i, aj);
+    load4(k + i, kj);
+    if constexpr (kWithQ) load4(q + i, qj);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      pk[r][j] = 0.0f;
+      pq[r][j] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kSlice; ++c) {
+        s[r][j][c] = math::decayed(s[r][j][c], aj[c]);
+        pk[r][j] = math::accumulate(pk[r][j], s[r][j][c], kj[c]);
+        if constexpr (kWithQ) pq[r][j] = math::accumulate(pq[r][j], s[r][j][c], qj[c]);
+      }
     }
   }
+  chunk_sums<C, R>(pk, proj);
+  if constexpr (kWithQ) chunk_sums<C, R>(pq, qproj);
 }
 
-template <int kRows, class IoT>
-__device__ __forceinline__ void apply_delta(float (&s)[kRows][kSlice], const float (&k)[kSlice], float beta,
-                                            const IoT* v, const float (&proj)[kRows]) {
+// u = beta (v - p), S = S' + k u, for each of the lane's rows; u[r] is returned for the output.
+template <class Tile, class IoT>
+__device__ __forceinline__ void apply_delta(StateSlice<Tile>& s, const float* k, float beta, const IoT* v,
+                                            const float (&proj)[Tile::kRows], int group_lane,
+                                            float (&u)[Tile::kRows]) {
+  constexpr int R = Tile::kRows, C = Tile::kChunks;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float u = math::delta(beta, math::to_f32(v[r]), proj[r]);
+  for (int r = 0; r < R; ++r) u[r] = math::delta(beta, math::to_f32(v[r]), proj[r]);
 #pragma unroll
-    for (int c = 0; c < kSlice; ++c) s[r][c] = math::rank1_update(s[r][c], k[c], u);
+  for (int j = 0; j < C; ++j) {
+    float kj[kSlice];
+    load4(k + chunk_channel<Tile>(group_lane, j), kj);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < kSlice; ++c) s[r][j][c] = math::rank1_update(s[r][j][c], kj[c], u[r]);
   }
 }
 
-// The lane's part of o = S q for each of its rows.
-template <int kRows>
-__device__ __forceinline__ void output_partial(const float (&s)[kRows][kSlice], const float (&q)[kSlice],
-                                               float (&out)[kRows]) {
+// OutputFormula::post_state: the lane's part of o = S q for each of its rows.
+template <class Tile>
+__device__ __forceinline__ void output_partial(const StateSlice<Tile>& s, const float* q, int group_lane,
+                                               float (&out)[Tile::kRows]) {
+  constexpr int R = Tile::kRows, C = Tile::kChunks;
+  float po[R][C];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    out[r] = 0.0f;
+  for (int j = 0; j < C; ++j) {
+    float qj[kSlice];
+    load4(q + chunk_channel<Tile>(group_lane, j), qj);
 #pragma unroll
-    for (int c = 0; c < kSlice; ++c) out[r] = math::accumulate(out[r], s[r][c], q[c]);
+    for (int r = 0; r < R; ++r) {
+      po[r][j] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kSlice; ++c) po[r][j] = math::accumulate(po[r][j], s[r][j][c], qj[c]);
+    }
   }
+  chunk_sums<C, R>(po, out);
 }
 
 }  // namespace kdagraph::verify_detail

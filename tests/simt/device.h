@@ -67,3 +67,16 @@ void __stcg(T* ptr, T value, const char* file = __builtin_FILE(), int line = __b
   kdagraph::simt::check_global_access(ptr, alignof(T), "__stcg", file, line);
   *ptr = value;
 }
+
+// A load through the read-only data path (memory the kernel never writes), and an evict-first store.
+template <class T>
+T __ldg(const T* ptr, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  kdagraph::simt::check_global_access(ptr, alignof(T), "__ldg", file, line);
+  return *ptr;
+}
+
+template <class T>
+void __stcs(T* ptr, T value, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  kdagraph::simt::check_global_access(ptr, alignof(T), "__stcs", file, line);
+  *ptr = value;
+}

@@ -57,6 +57,7 @@ struct State {
   Options options = default_options();
   uint64_t launches = 0;
   uint64_t held_launches = 0;
+  LaunchShape last_launch;
   BlockPool blocks;
   // The grid held at its wait (fiber lanes), and the thread that launched it: its stream.
   std::unique_ptr<Grid> held;
@@ -167,6 +168,12 @@ uint64_t failed_launches() {
   return s.failed;
 }
 
+LaunchShape last_launch() {
+  State& s = state();
+  const std::lock_guard<std::mutex> lk(s.launch_m);
+  return s.last_launch;
+}
+
 uint64_t held_launches() {
   State& s = state();
   const std::lock_guard<std::mutex> lk(s.launch_m);
@@ -198,6 +205,7 @@ cudaError_t launch(dim3 grid, dim3 block, bool pdl, std::function<void()> body) 
     return record_failure(s, "launch refused: grid " + dims(grid), cudaErrorInvalidConfiguration);
 
   const uint64_t n = s.launches++;
+  s.last_launch = LaunchShape{grid, block};
   Grid g;
   g.grid = grid;
   g.block = block;

@@ -60,6 +60,10 @@ const char* to_string(Schedule s);
 struct Options {
   Lanes lanes = Lanes::fibers;
   Schedule schedule = Schedule::rotate;
+  // The stand-in device's multiprocessors, which launchers size their choices by
+  // (kdagraph::detail::device_multiprocessors): an H200's, so a test sees the GPU's choices at the
+  // GPU's sizes; a test sets it to see another.
+  int multiprocessors = 132;
 };
 
 // What the following launches use. Default: fibers with Schedule::rotate; threads where fibers are
@@ -91,6 +95,12 @@ std::string last_error();
 // launches reached the executor, and whether they failed).
 uint64_t launches();
 uint64_t failed_launches();
+// The grid and block of the last launch the executor accepted (a test can tell which of a launcher's
+// kernels it chose).
+struct LaunchShape {
+  dim3 grid, block;
+};
+LaunchShape last_launch();
 // How many launches were held at their grid_dependency_wait so far (a test can tell that its kernels
 // ran as programmatic dependent launches).
 uint64_t held_launches();

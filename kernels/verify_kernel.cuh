@@ -1,0 +1,383 @@
+// SPEC §1, §3, §9, §12: the verify kernel family. One kernel template, whose tile shape (VerifyTile,
+// kernels/verify_update.cuh [TAG_VERIFY_TILE]), output formula and probe are compile-time choices; the
+// library's launcher picks among its shapes in kernels/verify.cu [TAG_VERIFY_SHAPES], the sweep
+// (profiling/bench_verify_sweep.cu) times the others, and tests/simt/verify_family_simt_test.cpp runs
+// every one of them on the CPU. Every shape computes the same bits.
+//
+// One block is one unit of work: (row n, value head h, tile of kTileV consecutive V rows; a head-wide
+// tile is the whole head). Its threads hold that tile of the state in registers for all T tokens: a lane
+// group of kLanes lanes shares kRows V rows, each lane keeping kChunks chunks of 4 key channels of each
+// (16 bytes of fp32 a chunk). The update's arithmetic is kernels/verify_update.cuh, the staging of the
+// inputs (and of the fused conv) kernels/verify_staging.cuh; the seed tile is read once and every
+// post-state written once (the 1 + T transfers of SPEC §7).
+//
+// [TAG_PDL] Before grid_dependency_wait() a block reads only what earlier rounds wrote (SPEC §5): the
+// conv weights, and, where pre-round data says where they are, its seed tile and conv window. After the wait it reads the round's index arrays and inputs, and triggers its dependents.
+//
+// Each unit that includes this file instantiates its own kernels (they have internal linkage), so the
+// library's units, the sweep's and the tests' broken copies (tests/simt/CMakeLists.txt) never meet.
+#pragma once
+
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kdagraph/error.hpp"
+#include "kernels/kda_math.h"
+#include "kernels/launch.cuh"
+#include "kernels/launch_checks.h"
+#include "kernels/verify.h"
+#include "kernels/verify_staging.cuh"
+#include "kernels/verify_update.cuh"
+
+namespace kdagraph {
+namespace {
+
+using namespace verify_detail;
+
+// A VerifyRow in shared memory, which is never constructed: its fields, copied in and out.
+struct SharedVerifyRow {
+  int32_t seed_pool, seed_scratch, replay, replay_from, cache_to;
+  const int32_t* path;
+  __device__ void set(const VerifyRow& r) {
+    seed_pool = r.seed_pool;
+    seed_scratch = r.seed_scratch;
+    replay = r.replay;
+    replay_from = r.replay_from;
+    cache_to = r.cache_to;
+    path = r.path;
+  }
+  __device__ VerifyRow get() const { return VerifyRow{seed_pool, seed_scratch, replay, replay_from, cache_to, path}; }
+};
+
+// Whether a tile's staging, with the fused conv's when kConv, fits the 48 KB of static shared memory a
+// block has (kernels/verify.cu launches a tile where it does).
+template <class Tile, bool kConv, class IoT>
+constexpr bool kFitsSharedMemory = sizeof(StagedTokens<Tile::kHeadDim, Tile::kTileV, IoT>) +
+                                       (kConv ? sizeof(ConvStaging<Tile::kHeadDim, Tile::kTileV, IoT>) : 0) +
+                                       sizeof(SharedVerifyRow) <=
+                                   48 * 1024;
+
+// The fused conv's inputs of a chunk, at the conv's width: staged x convolved into q, k and v, and the
+// owners' history written.
+template <int K, int kTileV, int kThreads, bool kTree, class IoT>
+__device__ __forceinline__ void convolve_and_store(const VerifyParams& p, const BlockRow& b, const ConvRow& cr,
+                                                   const ChunkTokens& ch, StagedTokens<K, kTileV, IoT>& st,
+                                                   ConvStaging<K, kTileV, IoT>& cs) {
+  switch (p.conv.width) {
+    case 2: convolve_chunk<K, kTileV, kThreads, 2, kTree, IoT>(p, b, ch, st, cs); break;
+    case 3: convolve_chunk<K, kTileV, kThreads, 3, kTree, IoT>(p, b, ch, st, cs); break;
+    default: convolve_chunk<K, kTileV, kThreads, 4, kTree, IoT>(p, b, ch, st, cs); break;
+  }
+  store_conv_history<K, kTileV, kThreads, kTree, IoT>(p, b, cr, ch, cs);
+}
+
+// The lane's slice of kRows state rows (K apart, from the group's first row), in and out.
+template <class Tile, class StateT>
+__device__ __forceinline__ void load_state(const StateT* rows, int group_lane, StateSlice<Tile>& s) {
+#pragma unroll
+  for (int r = 0; r < Tile::kRows; ++r)
+#pragma unroll
+    for (int j = 0; j < Tile::kChunks; ++j)
+      load_slice(rows + int64_t(r) * Tile::kHeadDim + chunk_channel<Tile>(group_lane, j), s[r][j]);
+}
+
+template <class Tile, class StateT>
+__device__ __forceinline__ void store_state(StateT* rows, int group_lane, const StateSlice<Tile>& s, bool streaming) {
+#pragma unroll
+  for (int r = 0; r < Tile::kRows; ++r)
+#pragma unroll
+    for (int j = 0; j < Tile::kChunks; ++j)
+      store_slice(rows + int64_t(r) * Tile::kHeadDim + chunk_channel<Tile>(group_lane, j), s[r][j], streaming);
+}
+
+// A group's outputs of one token: kRows consecutive values, written by the group's first lane in
+// vectors when `vectors` (the output buffer is 16-byte aligned, so every group's rows are aligned to
+// what they fill), else one by one.
+template <int kRows, class IoT>
+__device__ __forceinline__ void store_outputs(IoT* dst, const float (&out)[kRows], bool vectors) {
+  if (vectors) {
+    store_lane<kRows, IoT>(dst, out);
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) dst[r] = math::from_f32<IoT>(out[r]);
+}
+
+// [TAG_TREE] SPEC §12: a token tree's branch states (VerifyParams::parent). A lane keeps its slice of the
+// current state in registers as for a chain; where a later token branches from a state other than the
+// one before it (tree_branch_points), that state's slice is kept aside, and the token starts from it.
+// Kept in fp32 in the thread's own local memory, not reloaded from the post-state's scratch row: that
+// row holds the state dtype (bf16 rounds it), replay has no scratch, and each token must continue from
+// its parent's state exactly as a chain of its path would (a path of the tree is bitwise that chain, in
+// every mode). Only this thread writes and reads its slice, so no barrier is needed. At most
+// kMaxCudaTreeTokens new tokens (kept: 17 slices, 1088 bytes a thread with 16 floats a slice).
+template <class Tile, bool kTree>
+struct TreeBranches {  // a chain: nothing kept, nothing reloaded
+  __device__ void set(const VerifyParams&, int32_t, bool) {}
+  __device__ void keep(int32_t, const StateSlice<Tile>&) {}
+  __device__ void enter(int32_t, StateSlice<Tile>&) const {}
+};
+
+template <class Tile>
+struct TreeBranches<Tile, true> {
+  const int32_t* parent = nullptr;  // the row's [T]
+  uint32_t points = 0;              // tree_branch_points: bit j kept (j = new token + 1, 0: their seed)
+  StateSlice<Tile> kept[kMaxCudaTreeTokens + 1];
+
+  __device__ void set(const VerifyParams& p, int32_t n, bool report) {
+    parent = p.parent + int64_t(n) * p.tokens;
+    points = tree_branch_points(parent, p.tokens);
+    if (report)
+      for (int32_t t = 0; t < p.tokens; ++t) checked_parent(parent, t, n, p.errors, true);
+  }
+  // The state the new tokens start from (j = 0), or new token j - 1's post-state.
+  __device__ void keep(int32_t j, const StateSlice<Tile>& s) {
+    if ((points >> j & 1u) == 0) return;
+#pragma unroll
+    for (int r = 0; r < Tile::kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < Tile::kChunks; ++c)
+#pragma unroll
+        for (int e = 0; e < kSlice; ++e) kept[j][r][c][e] = s[r][c][e];
+  }
+  // Before new token t's update (t >= 1): its parent's state, where that is not the state in hand.
+  __device__ void enter(int32_t t, StateSlice<Tile>& s) const {
+    const int32_t pt = checked_parent(parent, t, 0, nullptr, false);
+    if (pt == t - 1) return;
+#pragma unroll
+    for (int r = 0; r < Tile::kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < Tile::kChunks; ++c)
+#pragma unroll
+        for (int e = 0; e < kSlice; ++e) s[r][c][e] = kept[pt + 1][r][c][e];
+  }
+};
+
+// Where the lane's work lies in its block's tile and in the row's state and outputs.
+template <class Tile>
+struct LaneRows {
+  int group_lane;      // the lane's place in its group
+  int tile_row0;       // the group's first V row in the tile
+  int64_t state_rows;  // the group's first row in a (row, all heads) state: h * V * K + (v0 + tile_row0) * K
+};
+
+// The replayed prefix is applied: the pool holds it from now on, and the new tokens go on from the
+// state as it reads back (bit for bit what the other modes seed from).
+template <class Tile, class StateT>
+__device__ __forceinline__ void write_back_prefix(StateT* pool_rows, int group_lane, StateSlice<Tile>& s) {
+  store_state<Tile>(pool_rows, group_lane, s, false);
+#pragma unroll
+  for (int r = 0; r < Tile::kRows; ++r)
+#pragma unroll
+    for (int c = 0; c < Tile::kChunks; ++c)
+#pragma unroll
+      for (int e = 0; e < kSlice; ++e) s[r][c][e] = stored_value<StateT>(s[r][c][e]);
+}
+
+// kConv: the short conv fused in (VerifyParams::conv). kTree: the new tokens form a tree (VerifyParams::parent).
+template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, class IoT, class StateT>
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_kernel(const VerifyParams p) {
+  constexpr int K = Tile::kHeadDim, V = K, R = Tile::kRows, kTileV = Tile::kTileV, kThreads = Tile::kThreads;
+  using Staged = StagedTokens<K, kTileV, IoT>;
+  using Conv = ConvStaging<K, kTileV, IoT>;
+  static_assert(kFitsSharedMemory<Tile, kConv, IoT>,
+                "a block's static shared memory is at most 48 KB: this tile is too tall for these dtypes");
+  static_assert(!kTree || kFormula == OutputFormula::decayed_state, "a tree runs the library's formula");
+  auto& st = shared_object<Staged>();
+  Conv* cs = nullptr;
+  if constexpr (kConv) cs = &shared_object<Conv>();
+
+  const int32_t tile = int32_t(blockIdx.x) % Tile::kTilesPerHead;
+  const int32_t unit = int32_t(blockIdx.x) / Tile::kTilesPerHead;
+  BlockRow b;
+  b.h = unit % p.value_heads;
+  b.n = unit / p.value_heads;
+  b.hq = b.h / (p.value_heads / p.heads);  // grouped heads: value head h reads q/k head h / G
+  b.v0 = tile * kTileV;
+  const int32_t T = p.tokens, HV = p.value_heads;
+  // Where the tile's outputs start at new token 0, as an offset: with no new tokens (replay's
+  // materialize) p.o is null, and offsetting a null pointer is undefined. Tokens are HV * V apart.
+  const int64_t o_tile = (int64_t(b.n) * T * HV + b.h) * V + b.v0;
+  const int32_t o_stride = HV * V;
+  const bool o_vectors = reinterpret_cast<uintptr_t>(p.o) % kVecBytes == 0;
+
+  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
+  LaneRows<Tile> at;
+  at.group_lane = lane % Tile::kLanes;
+  at.tile_row0 = (warp * Tile::kGroupsPerWarp + lane / Tile::kLanes) * R;
+  at.state_rows = b.h * (int64_t(V) * K) + int64_t(b.v0 + at.tile_row0) * K;
+
+  // The whole seed tile is in registers before any state is written: the seed may be a scratch row
+  // this verify overwrites, or the pool row the replay writes back (SPEC §3). Each element is read and
+  // later written by the same thread only, and no other block touches this tile. With pre-round data it
+  // is loaded before the wait, from where the index build will say it is.
+  StateSlice<Tile> s;
+  const StateT* early_seed = nullptr;
+  ConvRow early_conv;
+  if (p.pre_round.slots != nullptr) {
+    const RowIndices predicted = row_indices(p.pre_round, resolve_row(p.pre_round, b.n, false));
+    const VerifyRow r = predicted_row(p, predicted);
+    const VerifyBases bases = r.padded() ? VerifyBases{} : verify_bases(p, r, b.n, false);
+    if (bases.ok) {
+      early_seed = verify_seed<StateT>(p, r, bases) + at.state_rows;
+      load_state<Tile>(early_seed, at.group_lane, s);
+    }
+    if constexpr (kConv) {
+      early_conv = conv_row_at(p.conv, b.n, predicted.slot, predicted.accept, predicted.parity, false);
+      if (!early_conv.padded()) stage_conv_window<K, kTileV, kThreads, IoT>(p, b, early_conv, *cs);
+    }
+  }
+  if constexpr (kConv) stage_conv_params<K, kTileV, kThreads, IoT>(p, b, *cs);
+  grid_dependency_wait();
+  trigger_dependent_launch();
+
+  const bool report = tile == 0 && b.h == 0 && threadIdx.x == 0;
+  if (p.slot_list != nullptr) {
+    // A materialize list is checked for repeats by a scan of the entries before row n: one thread
+    // resolves the row and the block shares it (a block is one row's tile, so it is written once).
+    auto& resolved = shared_object<SharedVerifyRow>();
+    if (threadIdx.x == 0) resolved.set(verify_row(p, b.n, report));
+    __syncthreads();
+    b.r = resolved.get();
+  } else {
+    b.r = verify_row(p, b.n, report);
+  }
+  const VerifyBases bases = b.r.padded() ? VerifyBases{} : verify_bases(p, b.r, b.n, report);
+  ConvRow cr;
+  if constexpr (kConv) cr = b.r.padded() || !bases.ok ? ConvRow{} : conv_row(p.conv, b.n, report);
+  if (b.r.padded() || !bases.ok || (kConv && cr.padded())) {  // padded row: zeros out, no state written
+    drain_copies();
+    for (int e = int(threadIdx.x); e < T * kTileV; e += kThreads)
+      static_cast<IoT*>(p.o)[o_tile + e / kTileV * o_stride + e % kTileV] = math::from_f32<IoT>(0.0f);
+    return;
+  }
+  TreeBranches<Tile, kTree> tree;
+  tree.set(p, b.n, report);
+  b.cache_from = b.r.replay > 0 ? state_row(bases.cache, p.token_cache, b.r.replay_from) : nullptr;
+  b.cache_to = b.r.cache_to >= 0 ? state_row(bases.cache, p.token_cache, b.r.cache_to) : nullptr;
+  // Loads the index arrays do not confirm are made again.
+  const StateT* seed = verify_seed<StateT>(p, b.r, bases) + at.state_rows;
+  if (seed != early_seed) load_state<Tile>(seed, at.group_lane, s);
+  if constexpr (kConv) {
+    if (cr.state != early_conv.state || cr.read != early_conv.read) {
+      drain_copies();  // the predicted window lands before its rows are copied again
+      stage_conv_window<K, kTileV, kThreads, IoT>(p, b, cr, *cs);
+    }
+  }
+  StateT* const pool_rows = const_cast<StateT*>(seed);  // replay writes the applied prefix back here
+  const auto post_rows = [&](int32_t write_row) {
+    return reinterpret_cast<StateT*>(state_row(bases.scratch, p.scratch, write_row)) + at.state_rows;
+  };
+  const auto output_rows = [&](int32_t t) {
+    return static_cast<IoT*>(p.o) + o_tile + int64_t(t) * o_stride + at.tile_row0;
+  };
+
+  // The token list: r.replay cached accepted tokens, then the T new ones.
+  const int32_t U = b.r.replay + T;
+  int32_t previous_new = 0;  // new tokens of the previous chunk (fused: the conv history shifts by them)
+  for (int32_t u0 = 0; u0 < U; u0 += kChunkTokens) {
+    const ChunkTokens ch = chunk_tokens(b, u0, U - u0 < kChunkTokens ? U - u0 : kChunkTokens);
+    if (u0 > 0) __syncthreads();  // the previous chunk is consumed before it is overwritten
+    if constexpr (kConv && !kTree) {  // a tree keeps the round's window (tree_conv_input)
+      if (previous_new > 0) {
+        shift_conv_history<K, kTileV, kThreads, IoT>(p.conv.width, previous_new, *cs);
+        __syncthreads();
+      }
+    }
+    copy_tile_inputs<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st, cs);
+    if constexpr (kConv) {
+      __pipeline_wait_prior(0);
+      __syncthreads();
+      if (ch.n_new > 0) {
+        convolve_and_store<K, kTileV, kThreads, kTree, IoT>(p, b, cr, ch, st, *cs);
+        __syncthreads();
+      }
+    }
+    previous_new = ch.n_new;
+    preprocess_tokens<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st, cs);
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    store_new_tokens<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st);
+
+    if constexpr (kProbe == VerifyProbe::prologue_only) {
+      // The seed and the staged inputs are used, so their loads are made; their sum is never this NaN.
+      float sum = st.kq[0] + st.a[ch.count - 1][K - 1];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < Tile::kChunks; ++c)
+#pragma unroll
+          for (int e = 0; e < kSlice; ++e) sum += s[r][c][e];
+      if (math::float_to_bits(sum) == 0x7fc0dead) static_cast<IoT*>(p.o)[o_tile] = math::from_f32<IoT>(sum);
+      continue;
+    }
+    constexpr bool kStoresState = kProbe != VerifyProbe::no_state_stores;
+    if constexpr (kFormula == OutputFormula::decayed_state) {
+      for (int tt = 0; tt < ch.count; ++tt) {
+        const int32_t u = u0 + tt, t = u - b.r.replay;  // t < 0: a replayed token
+        if (t == 0) tree.keep(0, s);
+        else if (t > 0) tree.enter(t, s);
+        float proj[R], qproj[R], du[R];
+        if (t >= 0) {
+          decay_and_project<Tile, true>(s, st.a[tt], st.k[tt], st.q[tt], at.group_lane, proj, qproj);
+          group_sums_pair<Tile::kLanes, R>(proj, qproj);
+        } else {
+          decay_and_project<Tile, false>(s, st.a[tt], st.k[tt], nullptr, at.group_lane, proj, qproj);
+          group_sums<Tile::kLanes, R>(proj);
+        }
+        apply_delta<Tile, IoT>(s, st.k[tt], st.beta[tt], &st.v[tt][at.tile_row0], proj, at.group_lane, du);
+        if (t < 0) {
+          if (kStoresState && u == b.r.replay - 1) write_back_prefix<Tile>(pool_rows, at.group_lane, s);
+          continue;
+        }
+        if (kStoresState && st.write_row[tt] >= 0) store_state<Tile>(post_rows(st.write_row[tt]), at.group_lane, s, true);
+        tree.keep(t + 1, s);
+        float out[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) out[r] = math::fmadd(du[r], st.kq[tt], qproj[r]);  // o = S'q + u (k . q)
+        if (at.group_lane == 0) store_outputs<R, IoT>(output_rows(t), out, o_vectors);
+      }
+    } else {
+      // OutputFormula::post_state: token u's output sum and token u + 1's projection sum both read S_u,
+      // so they share one butterfly.
+      float proj[R], unused[R];
+      decay_and_project<Tile, false>(s, st.a[0], st.k[0], nullptr, at.group_lane, proj, unused);
+      group_sums<Tile::kLanes, R>(proj);
+      for (int tt = 0; tt < ch.count; ++tt) {
+        const int32_t u = u0 + tt, t = u - b.r.replay;
+        const bool has_out = t >= 0, has_next = tt + 1 < ch.count;
+        float du[R], out[R];
+        apply_delta<Tile, IoT>(s, st.k[tt], st.beta[tt], &st.v[tt][at.tile_row0], proj, at.group_lane, du);
+        if (!has_out) {
+          if (kStoresState && u == b.r.replay - 1) write_back_prefix<Tile>(pool_rows, at.group_lane, s);
+        } else if (kStoresState && st.write_row[tt] >= 0) {
+          store_state<Tile>(post_rows(st.write_row[tt]), at.group_lane, s, true);
+        }
+        if (has_out) output_partial<Tile>(s, st.q[tt], at.group_lane, out);
+        if (has_next) decay_and_project<Tile, false>(s, st.a[tt + 1], st.k[tt + 1], nullptr, at.group_lane, proj, unused);
+        if (has_out && has_next) group_sums_pair<Tile::kLanes, R>(out, proj);
+        else if (has_out) group_sums<Tile::kLanes, R>(out);
+        else if (has_next) group_sums<Tile::kLanes, R>(proj);
+        if (has_out && at.group_lane == 0) store_outputs<R, IoT>(output_rows(t), out, o_vectors);
+      }
+    }
+  }
+}
+
+// Enqueues one variant of the family over p's rows: a block per (row, value head, tile).
+template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, class IoT, class StateT>
+cudaError_t launch_verify_tiles(const VerifyParams& p, Launch on) {
+  const int64_t blocks = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
+  require(blocks <= int64_t(INT32_MAX), "launch_verify", "rows", [&] {
+    return "= " + std::to_string(p.rows) + " with HV = " + std::to_string(p.value_heads) + " needs " +
+           std::to_string(blocks) + " blocks, more than a grid holds";
+  });
+  return launch_kernel(verify_kernel<Tile, kFormula, kProbe, kConv, kTree, IoT, StateT>, unsigned(blocks),
+                       Tile::kThreads, on, p);
+}
+
+}  // namespace
+}  // namespace kdagraph

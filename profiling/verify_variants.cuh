@@ -1,0 +1,62 @@
+// [TAG_VERIFY_VARIANTS] The members of the verify kernel family (kernels/verify_kernel.cuh) that the sweep
+// times on a GPU (bench_verify_cuda --sweep, profiling/verify_sweep_part.cu) and that
+// tests/simt/verify_family_simt_test.cpp runs on the CPU first: every tile shape and output formula issue
+// 31 asks about, and the probes that split a verify's time by difference. The library's own tiles
+// (kernels/verify_shapes.cuh) are among them. One list, so nothing is timed that the SIMT tests skip.
+#pragma once
+
+#include <string>
+#include <tuple>
+
+#include "kernels/verify_update.cuh"
+
+namespace kdagraph::verify_detail {
+
+template <class TileT, OutputFormula kFormula_ = OutputFormula::decayed_state, VerifyProbe kProbe_ = VerifyProbe::none>
+struct VerifyVariant {
+  using Tile = TileT;
+  static constexpr OutputFormula kFormula = kFormula_;
+  static constexpr VerifyProbe kProbe = kProbe_;
+
+  // e.g. "rows64-lanes16-R4-w8-b2": V rows a block, lanes a row, rows a lane group, warps, min blocks an
+  // SM; "-post" for OutputFormula::post_state, "-nostores" and "-prologue" for the probes.
+  static std::string name() {
+    std::string n = "rows" + std::to_string(Tile::kTileV) + "-lanes" + std::to_string(Tile::kLanes) + "-R" +
+                    std::to_string(Tile::kRows) + "-w" + std::to_string(Tile::kWarps) + "-b" +
+                    std::to_string(Tile::kMinBlocksPerSm);
+    if (kFormula == OutputFormula::post_state) n += "-post";
+    if (kProbe == VerifyProbe::no_state_stores) n += "-nostores";
+    if (kProbe == VerifyProbe::prologue_only) n += "-prologue";
+    return n;
+  }
+};
+
+template <int K, int kLanes, int kRows, int kWarps, int kMinBlocks>
+using Decayed = VerifyVariant<VerifyTile<K, kLanes, kRows, kWarps, kMinBlocks>>;
+template <int K, int kLanes, int kRows, int kWarps, int kMinBlocks>
+using PostState = VerifyVariant<VerifyTile<K, kLanes, kRows, kWarps, kMinBlocks>, OutputFormula::post_state>;
+
+// K = 128 chains: 16 V rows a block (today's tile, and 16 lanes a row), 32, 64 (the library's wide
+// tile, and 8 lanes a row), a whole head in 512 threads; each with both formulas where it is a question.
+using ChainVariants128 = std::tuple<
+    Decayed<128, 32, 4, 4, 4>, PostState<128, 32, 4, 4, 4>,
+    Decayed<128, 16, 2, 4, 4>, PostState<128, 16, 2, 4, 4>,
+    Decayed<128, 32, 4, 8, 2>, PostState<128, 32, 4, 8, 2>,
+    Decayed<128, 16, 2, 8, 2>,
+    Decayed<128, 16, 4, 8, 2>, PostState<128, 16, 4, 8, 2>,
+    Decayed<128, 8, 2, 8, 2>,
+    Decayed<128, 16, 4, 16, 1>, PostState<128, 16, 4, 16, 1>,
+    VerifyVariant<VerifyTile<128, 32, 4, 4, 4>, OutputFormula::decayed_state, VerifyProbe::no_state_stores>,
+    VerifyVariant<VerifyTile<128, 32, 4, 4, 4>, OutputFormula::decayed_state, VerifyProbe::prologue_only>,
+    VerifyVariant<VerifyTile<128, 16, 4, 8, 2>, OutputFormula::decayed_state, VerifyProbe::no_state_stores>,
+    VerifyVariant<VerifyTile<128, 16, 4, 8, 2>, OutputFormula::decayed_state, VerifyProbe::prologue_only>>;
+
+// K = 128 with the short conv fused in: the library's tile (narrow, three blocks an SM), the formula
+// before issue 31 on it, and 32 rows a block.
+using ConvVariants128 = std::tuple<Decayed<128, 32, 4, 4, 3>, PostState<128, 32, 4, 4, 3>, Decayed<128, 32, 4, 8, 2>>;
+
+// K = 64 chains (the SIMT tests only: the sweep's shapes are Kimi-Linear's, K = 128).
+using ChainVariants64 = std::tuple<Decayed<64, 16, 2, 4, 4>, PostState<64, 16, 2, 4, 4>, Decayed<64, 16, 4, 8, 2>,
+                                   Decayed<64, 8, 2, 4, 4>, Decayed<64, 8, 4, 4, 4>>;
+
+}  // namespace kdagraph::verify_detail
