@@ -122,24 +122,33 @@ CaptureGuard::~CaptureGuard() {
   }
 }
 
-Graph CaptureGuard::end() {
+Graph CaptureGuard::end() { return std::move(end_copies(1).front()); }
+
+std::vector<Graph> CaptureGuard::end_copies(int32_t copies) {
   require(open_, "CaptureGuard::end", "capture", "was already ended");
+  require_in_range("CaptureGuard::end_copies", "copies", copies, 1, INT32_MAX);
   open_ = false;
-  Graph out;
-  out.backend_ = stream_.backend;
+  std::vector<Graph> out(static_cast<size_t>(copies));
+  for (Graph& g : out) g.backend_ = stream_.backend;
   switch (stream_.backend) {
     case Backend::cpu: {
       CpuCapture captured = cpu_capture_end();
-      out.cpu_nodes_ = std::move(captured.nodes);
-      out.kernel_nodes_ = captured.kernel_nodes;
+      for (Graph& g : out) g.kernel_nodes_ = captured.kernel_nodes;
+      for (size_t i = 0; i + 1 < out.size(); ++i) out[i].cpu_nodes_ = captured.nodes;
+      out.back().cpu_nodes_ = std::move(captured.nodes);
       return out;
     }
     case Backend::cuda: {
 #if defined(KDAGRAPH_WITH_CUDA)
       cudaGraph_t graph = nullptr;
       KDA_CUDA_CHECK(cudaStreamEndCapture(stream_.stream, &graph));
-      out.kernel_nodes_ = count_kernel_nodes(graph);
-      const cudaError_t err = cudaGraphInstantiate(&out.exec_, graph, 0);
+      const int32_t kernels = count_kernel_nodes(graph);
+      cudaError_t err = cudaSuccess;
+      for (Graph& g : out) {
+        g.kernel_nodes_ = kernels;
+        err = cudaGraphInstantiate(&g.exec_, graph, 0);
+        if (err != cudaSuccess) break;  // the copies made so far are destroyed with `out`
+      }
       KDA_CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));
       KDA_CUDA_CHECK(err);
 #endif

@@ -54,6 +54,9 @@ class CaptureGuard {
   CaptureGuard& operator=(const CaptureGuard&) = delete;
 
   Graph end();
+  // Ends the capture and instantiates what it captured `copies` times (CUDA: `copies` executables of one
+  // captured graph), so that the device memory one executable holds can be measured on many at once.
+  std::vector<Graph> end_copies(int32_t copies);
 
  private:
   Stream stream_;

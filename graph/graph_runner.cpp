@@ -243,6 +243,31 @@ void GraphRunner::accept_path(const Stream& s, const int32_t* accept_index) {
 const BucketPlan& GraphRunner::plan() const { return plan_; }
 const std::vector<BucketCaptureStats>& GraphRunner::capture_stats() const { return stats_; }
 
+GraphMemoryStats GraphRunner::measure_graph_memory(const Stream& s, int32_t bucket, int32_t copies) {
+  const char* where = "GraphRunner::measure_graph_memory";
+  detail::validate_stream(where, s, verifier_.config().backend);
+  require_in_range(where, "bucket", bucket, 1, plan_.max_bs());
+  require(plan_.bucket_for(bucket) == bucket, where, "bucket",
+          "= " + std::to_string(bucket) + " is not a bucket of the plan");
+  require_in_range(where, "copies", copies, 1, 4096);
+  GraphMemoryStats st;
+  st.bucket = bucket;
+  st.copies = copies;
+  const detail::StreamHandle stream = detail::StreamHandle::view(s);
+  stream.synchronize();  // nothing in flight may take or free memory while the copies are measured
+  const int64_t free_before = detail::free_device_bytes(s.backend);
+  std::vector<detail::Graph> graphs;
+  {
+    detail::CaptureGuard capture(s, where);
+    enqueue_body(s, bucket, sampler_in_round());
+    graphs = capture.end_copies(copies);
+  }
+  for (const detail::Graph& g : graphs) g.upload(s);
+  stream.synchronize();
+  st.device_bytes = free_before - detail::free_device_bytes(s.backend);
+  return st;
+}
+
 GraphHandle GraphRunner::graph(int32_t bucket) const {
   require(state_->has(bucket), "GraphRunner::graph", "bucket",
           "= " + std::to_string(bucket) + " has no captured graph");

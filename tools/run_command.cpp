@@ -43,6 +43,7 @@ struct RunOptions {
   bool fuse_conv = true;
   bool pdl = true;
   int32_t tree = 0;
+  int32_t graph_memory_copies = 0;  // 0: not measured
   bool check = false;
   bool json = false;
   std::string json_file;
@@ -87,6 +88,11 @@ OptionTable run_options(RunOptions& o) {
   add_unfused_conv_option(t, o.fuse_conv);
   add_pdl_option(t, o.pdl);
   add_tree_option(t, o.tree);
+  t.value("graph-memory-copies", "N",
+          "after the capture, instantiate N copies (1 to 4096) of the largest bucket's graph at once and report "
+          "the device memory of one: cudaMemGetInfo moves in pages (2 MiB on an H200), which one graph's share "
+          "of N copies is not rounded to (default: not measured; needs --exec graph)",
+          [&o](const std::string& n, const std::string& v) { o.graph_memory_copies = int32_t(parse_int(n, v, 1, 4096)); });
   t.flag("check", "rerun the rounds through the CPU two-phase eager reference and compare every round's "
          "outputs and every retired state (bitwise on the CPU); exit 3 on a difference",
          [&o] { o.check = true; });
@@ -119,8 +125,9 @@ struct RunReport {
   std::vector<int32_t> buckets;
   int32_t graphs_captured = 0;
   double capture_ms = 0;
-  int64_t graph_device_bytes = 0;            // all buckets' graphs (cudaMemGetInfo; 0 on the CPU)
+  int64_t graph_device_bytes = 0;            // all buckets' captures (cudaMemGetInfo; 0 on the CPU)
   std::vector<BucketCaptureStats> captures;  // per bucket, in capture order
+  GraphMemoryStats graph_memory;             // copies 0: not measured (--graph-memory-copies)
   std::map<int32_t, int32_t> rounds_per_rows;  // rows a round ran with (its bucket for a replay) -> rounds
   int32_t graph_rounds = 0, eager_rounds = 0;
   int32_t rounds = 0;
@@ -173,6 +180,10 @@ void print_text(const RunReport& r) {
                 fmt("%.3g", double(r.graph_device_bytes) / (1 << 20)).c_str(), kernel_nodes(r));
   else
     std::printf("  exec                eager (buckets %s unused)\n", int_list(r.buckets).c_str());
+  if (r.graph_memory.copies > 0)
+    std::printf("  graph memory        %s MiB per graph (%d copies of bucket %d took %s MiB at once)\n",
+                fmt("%.4g", r.graph_memory.bytes_per_graph() / (1 << 20)).c_str(), r.graph_memory.copies,
+                r.graph_memory.bucket, fmt("%.4g", double(r.graph_memory.device_bytes) / (1 << 20)).c_str());
   std::printf("  sampler             %s\n", sampler_text(r).c_str());
   const ModeFootprint fp = mode_footprint(v);
   std::printf("  state traffic       %s MiB per round at batch %d (%lld state transfers per layer and head)\n",
@@ -250,6 +261,16 @@ std::string to_json(const RunReport& r) {
   j.end_array();
   j.field("graphs_captured", r.graphs_captured).field("capture_ms", r.capture_ms);
   j.field("graph_device_bytes", r.graph_device_bytes);
+  j.field("graph_device_bytes_per_bucket",
+          r.graphs_captured > 0 ? double(r.graph_device_bytes) / double(r.graphs_captured) : 0.0);
+  j.key("graph_memory");
+  if (r.graph_memory.copies == 0) {
+    j.null();
+  } else {
+    j.begin_object().field("bucket", r.graph_memory.bucket).field("copies", r.graph_memory.copies);
+    j.field("device_bytes", r.graph_memory.device_bytes).field("bytes_per_graph", r.graph_memory.bytes_per_graph());
+    j.end_object();
+  }
   j.field("kernel_nodes_per_round", kernel_nodes(r));
   j.key("captures").begin_array();
   for (const BucketCaptureStats& c : r.captures)
@@ -288,6 +309,8 @@ std::string to_json(const RunReport& r) {
 }
 
 int run(const RunOptions& o) {
+  if (o.graph_memory_copies > 0 && o.exec != Exec::graph)
+    throw UsageError("--graph-memory-copies: measures a captured graph; --exec eager captures none");
   if (o.slots != 0 && o.slots < o.batch)
     throw UsageError("--slots: " + std::to_string(o.slots) + " is fewer than the " + std::to_string(o.batch) +
                      " requests of --batch (allowed: --batch to " + std::to_string(2 * kMaxBatch) + ")");
@@ -330,6 +353,9 @@ int run(const RunOptions& o) {
     report.graph_device_bytes += s.device_bytes;
     report.captures.push_back(s);
   }
+  if (o.graph_memory_copies > 0)
+    report.graph_memory =
+        engine.runner().measure_graph_memory(stream.get(), runner.plan().max_bs(), o.graph_memory_copies);
 
   Progress progress(o.rounds, "round");
   std::vector<double> round_ms;

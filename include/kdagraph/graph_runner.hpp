@@ -82,8 +82,22 @@ struct RunnerConfig {
 struct BucketCaptureStats {
   int32_t bucket = 0;
   double capture_ms = 0;      // capture, instantiate and upload, host wall time
-  int64_t device_bytes = 0;   // device memory the instantiated graph took (cudaMemGetInfo around it)
+  // Free device memory the capture, instantiate and upload took (cudaMemGetInfo around them; 0 on the
+  // CPU). It moves in the allocator's pages (2 MiB on an H200), so most buckets read 0 and a few a whole
+  // page, and the first captures also pay for loading the kernels' modules: GraphMemoryStats is the
+  // figure of one graph.
+  int64_t device_bytes = 0;
   int32_t kernel_nodes = 0;   // kernel nodes of the captured round (CPU twin: operations of kernels/)
+};
+
+// What GraphRunner::measure_graph_memory found: `copies` executables of one bucket's round, instantiated
+// and uploaded at once, took `device_bytes` of free device memory together (0 on the CPU). One page more
+// or less moves the share of one graph by only page / copies.
+struct GraphMemoryStats {
+  int32_t bucket = 0;
+  int32_t copies = 0;
+  int64_t device_bytes = 0;
+  double bytes_per_graph() const { return copies > 0 ? double(device_bytes) / double(copies) : 0.0; }
 };
 
 namespace detail {
@@ -135,6 +149,11 @@ class GraphRunner {
   const BucketPlan& plan() const;
   const std::vector<BucketCaptureStats>& capture_stats() const;
   GraphHandle graph(int32_t bucket) const;
+  // Device memory of one instantiated graph of `bucket` (a bucket of the plan), below the allocator's
+  // page: its round captured again on `s`, instantiated `copies` times (1 to 4096), every copy uploaded,
+  // the free memory they took measured, then the copies destroyed. The runner's own graphs and the
+  // state are untouched. Setup, not a round: synchronizes `s`.
+  GraphMemoryStats measure_graph_memory(const Stream& s, int32_t bucket, int32_t copies);
 
  private:
   void enqueue_body(const Stream& s, int32_t rows, bool with_sampler);

@@ -186,6 +186,44 @@ TEST(GraphRunnerCuda, ManyRoundsGraphEqualsEagerBitwise) {
   }
 }
 
+// The measurement of one graph's device memory (copies of a bucket's round instantiated and uploaded at
+// once, then destroyed) changes nothing the runner replays afterwards, bitwise.
+TEST(GraphRunnerCuda, MeasuringGraphMemoryLeavesTheRunnerAndStateAlone) {
+  KDA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const detail::StreamHandle stream = test_stream();
+  const Stream s{Backend::cuda, stream.cuda()};
+  GpuHarness measured(gpu_config(Mode::fused_accept, 16), RunnerConfig{}, seed);
+  GpuHarness plain(gpu_config(Mode::fused_accept, 16), RunnerConfig{}, seed);
+  const std::vector<int32_t> slots = {3, 9, 0, 14, 7};
+  for (GpuHarness* h : {&measured, &plain}) {
+    h->runner->capture(s);
+    h->runner->set_batch(s, slots.data(), int32_t(slots.size()));
+    h->runner->run_round(s);  // a batch is live: a round run by the measurement would move its state
+  }
+  stream.synchronize();
+  const StorageSnapshot before = snapshot(measured.verifier);
+  const GraphMemoryStats st = measured.runner->measure_graph_memory(s, 16, 64);
+  EXPECT_EQ(st.bucket, 16);
+  EXPECT_EQ(st.copies, 64);
+  EXPECT_GE(st.device_bytes, 0) << "the copies gave memory back while they were alive";
+  EXPECT_TRUE(snapshot(measured.verifier) == before) << "measuring changed the storage";
+  std::vector<int32_t> accept(16);
+  std::mt19937_64 rng(seed);
+  for (int r = 0; r < 4; ++r) {
+    for (auto& a : accept) a = std::uniform_int_distribution<int32_t>(1, 3)(rng);
+    for (GpuHarness* h : {&measured, &plain}) {
+      h->accept_source->upload(accept.data(), accept.size() * sizeof(int32_t));
+      h->runner->run_round(s);
+    }
+  }
+  stream.synchronize();
+  EXPECT_TRUE(snapshot(measured.verifier) == snapshot(plain.verifier));
+  for (size_t l = 0; l < measured.o.size(); ++l)
+    EXPECT_EQ(measured.o[l]->download<uint16_t>(), plain.o[l]->download<uint16_t>()) << "layer " << l;
+}
+
 // Holds the device until the host releases it: any host synchronization while it spins would hang.
 // Gives up after 20 s of device time, so a flag the device never sees fails the test instead of hanging.
 __global__ void spin_until(const volatile int* flag) {

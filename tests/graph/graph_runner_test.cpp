@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kdagraph/graph_runner.hpp"
@@ -286,6 +287,52 @@ TEST(GraphRunner, BadHookInputsRefuseTheCapture) {
   h.bad_layer = -1;
   h.runner->capture(kCpu);
   EXPECT_TRUE(h.runner->captured());
+}
+
+// Measuring a bucket's graph memory captures and instantiates copies of its round and destroys them: the
+// runner's graphs replay afterwards exactly as a runner's that never measured, and bad arguments are
+// refused by name with nothing changed. On the CPU the copies take no device memory.
+TEST(GraphRunner, MeasuringGraphMemoryLeavesTheRunnerAndStateAlone) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  RunnerConfig rc;
+  rc.buckets = {2, 4, 8};
+  Harness measured(coverage_config(Mode::fused_accept), rc, seed), plain(coverage_config(Mode::fused_accept), rc, seed);
+  const std::vector<int32_t> slots = {5, 0, 7};
+  for (Harness* h : {&measured, &plain}) {
+    h->runner->capture(kCpu);
+    h->runner->set_batch(kCpu, slots.data(), 3);
+    h->runner->run_round(kCpu);  // a batch is live: a round run by the measurement would move its state
+  }
+  const StorageSnapshot before = snapshot(measured.verifier);
+  const GraphMemoryStats st = measured.runner->measure_graph_memory(kCpu, 4, 3);
+  EXPECT_EQ(st.bucket, 4);
+  EXPECT_EQ(st.copies, 3);
+  EXPECT_EQ(st.device_bytes, 0) << "the CPU backend has no device memory";
+  EXPECT_EQ(st.bytes_per_graph(), 0.0);
+  for (const auto& [bucket, copies, argument] : {std::tuple{3, 2, "bucket"}, std::tuple{0, 2, "bucket"},
+                                                 std::tuple{9, 2, "bucket"}, std::tuple{8, 0, "copies"},
+                                                 std::tuple{8, 4097, "copies"}}) {
+    SCOPED_TRACE("bucket " + std::to_string(bucket) + ", copies " + std::to_string(copies));
+    try {
+      measured.runner->measure_graph_memory(kCpu, bucket, copies);
+      ADD_FAILURE() << "measured with bad arguments";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  }
+  EXPECT_TRUE(snapshot(measured.verifier) == before) << "measuring changed the storage";
+  EXPECT_EQ(measured.runner->capture_stats().size(), 3u) << "the measured copies are not the runner's graphs";
+  for (Harness* h : {&measured, &plain}) {
+    for (int r = 0; r < 4; ++r) {
+      h->accept_source.assign(h->accept_source.size(), 1 + r % 3);
+      h->runner->run_round(kCpu);
+    }
+  }
+  EXPECT_TRUE(snapshot(measured.verifier) == snapshot(plain.verifier));
+  for (size_t l = 0; l < measured.o.size(); ++l)
+    EXPECT_EQ(0, std::memcmp(measured.o[l].data(), plain.o[l].data(), measured.o[l].size() * sizeof(float)))
+        << "layer " << l;
 }
 
 TEST(GraphRunner, GraphUsedAfterItsRunnerIsDestroyedIsAnError) {

@@ -81,14 +81,22 @@ def dry_run_checks_every_stage():
     stages = re.search(r"^stages: (.*?);", p.stdout, re.M).group(1).split()
     check(len(stages) >= 10 and set(results) == set(stages), f"the table lists {sorted(results)}, not {stages}")
     check(all(r == "PASS" for r in results.values()), f"stages not passed: {results}")
-    caps = re.search(r"caps (\d+) s of (\d+) s; (\d+) files back", p.stdout)
-    check(caps and int(caps.group(1)) <= int(caps.group(2)) <= 420, f"the caps exceed the budget: {caps and caps.group(0)}")
-    check(int(caps.group(3)) <= 8, "more than 8 files back")
+    caps = re.search(r"caps (\d+) s and (\d+) s reserved of (\d+) s; (\d+) files back", p.stdout)
+    check(caps, f"no plan line in the dry run:\n{p.stdout}")
+    total, reserved, budget, files = (int(g) for g in caps.groups())
+    # One device call runs at most 600 s: the check's budget, the tarball and a margin.
+    check(total + reserved <= budget <= 540, f"the caps exceed the budget: {caps.group(0)}")
+    check(reserved >= 60 or "verify_sweep" in stages, f"no 60 s kept for the verify_sweep stage to come: {caps.group(0)}")
+    check(files <= 8, "more than 8 files back")
     # The checks really ran: gtest filters counted, the command line's arguments tried, ctest's label found.
     for needle in (r"dry: ok +tests/verify_cuda_test --gtest_filter=\S+: [1-9]\d* tests",
                    r"dry: ok +tools/kdagraph bench .*: arguments accepted",
                    r"dry: ok +ctest -L gpu: [1-9]\d* tests", r"dry: ok +cmake -S",
-                   r"dry: ok +profiling/fla_peer.py .*--dry-run"):
+                   r"dry: ok +profiling/fla_peer.py .*--dry-run",
+                   r"dry: ok +tools/kdagraph run --backend cuda .*--graph-memory-copies \d+ .*: arguments accepted",
+                   r"dry: ok +tests/graph_runner_cuda_test --gtest_filter=\S+: [1-9]\d* tests",
+                   r"dry: ok +tools/kdagraph run --backend cuda --check --tree .*--mode replay.*: arguments accepted",
+                   r"dry: ok +\S+ -m pytest .*tests/python"):
         check(re.search(needle, p.stdout), f"no line like {needle!r} in the dry run:\n{p.stdout}")
 
 
@@ -104,6 +112,10 @@ MUTANTS = {
                                  {}, "fla_peer"),
     "a_benchmark_option_it_lacks": ('--csv "$WORK/bench_verify_cuda.csv"', '--csvs "$WORK/bench_verify_cuda.csv"', {},
                                     "bench_verify"),
+    "a_sanitized_command_line_option_it_lacks": ("--mode replay --unfused-conv", "--mode replay --unfused-cnv", {},
+                                                 "memcheck"),
+    "a_capture_option_it_lacks": ("--graph-memory-copies", "--graph-memory-copy", {}, "capture"),
+    "a_python_test_folder_that_is_gone": ('"$ROOT/tests/python"', '"$ROOT/tests/pythn"', {}, "python_tests"),
 }
 
 
@@ -132,6 +144,15 @@ for _name, _mutation in MUTANTS.items():
 def dry_run_refuses_caps_over_the_budget():
     p = dry_run(os.path.join(ARGS.root, "profiling", "gpu_check.sh"), {"KDA_CHECK_BUDGET_S": "300"})
     check(p.returncode == 1 and "over the budget of 300 s" in p.stdout, f"exit {p.returncode}:\n{p.stdout}")
+
+
+@case
+def dry_run_refuses_caps_that_fit_only_without_the_reserve():
+    plan = re.search(r"caps (\d+) s and (\d+) s reserved", dry_run(os.path.join(ARGS.root, "profiling", "gpu_check.sh")).stdout)
+    check(plan and int(plan.group(2)) > 0, "no time is reserved")
+    budget = str(int(plan.group(1)) + int(plan.group(2)) - 1)
+    p = dry_run(os.path.join(ARGS.root, "profiling", "gpu_check.sh"), {"KDA_CHECK_BUDGET_S": budget})
+    check(p.returncode == 1 and f"reserved over the budget of {budget} s" in p.stdout, f"exit {p.returncode}:\n{p.stdout}")
 
 
 @case

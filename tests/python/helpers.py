@@ -1,5 +1,6 @@
 """Helpers of the Python tests: an independent fp64 numpy implementation of SPEC §1 (sharing no code
-with the library), error measures, and honest skips for the GPU (torch is a test dependency: nothing skips for want of it)."""
+with the library), error measures, and the check that a refused call changes nothing. The GPU tests'
+honest skips are conftest.py's marker `gpu` (torch is a test dependency: nothing skips for want of it)."""
 
 import numpy as np
 import pytest
@@ -64,17 +65,6 @@ def reference_verify(state, q, k, v, g, beta, *, l2norm=True, scale=None, gate="
 def as_f64(x):
     """Values of a float32 or bfloat16 numpy array as fp64."""
     return np.asarray(x).astype(np.float64)
-
-
-def has_gpu():
-    return kdagraph.cuda_available()
-
-
-def gpu_or_skip():
-    if not kdagraph.built_with_cuda:
-        pytest.skip("kdagraph was built without CUDA (no nvcc at build time)")
-    if not kdagraph.cuda_available():
-        pytest.skip("no CUDA device visible")
 
 
 def expect_refused_unchanged(call, argument, **watched):

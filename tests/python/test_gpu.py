@@ -8,12 +8,13 @@ import pytest
 import torch
 
 import kdagraph
-from helpers import gpu_or_skip, rel_error
+from helpers import rel_error
 from test_recurrent_kda import Case
+
+pytestmark = pytest.mark.gpu
 
 
 def test_recurrent_kda_on_cuda_matches_the_cpu_backend(rng):
-    gpu_or_skip()
     c = Case(rng, K=64, V=64, H=2, HV=4, gate="softplus", beta_is_logit=True)
     cpu_pool = c.pool.copy()
     want, _ = kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=cpu_pool, ssm_state_indices=c.indices,
@@ -32,7 +33,6 @@ def test_recurrent_kda_on_cuda_matches_the_cpu_backend(rng):
 
 
 def test_graph_runner_on_cuda_matches_the_host_engine(rng):
-    gpu_or_skip()
     from kdagraph._kdagraph import _reference as ref
 
     L, H, HV, K, T, S, P, N = 2, 2, 2, 64, 3, 4, 4, 2
@@ -71,7 +71,6 @@ def test_graph_runner_on_cuda_matches_the_host_engine(rng):
 
 def test_the_cuda_host_engine_matches_the_cpu_one(rng):
     """No device arrays needed: the reference engine on both backends, through the binding."""
-    gpu_or_skip()
     from kdagraph._kdagraph import _reference as ref
 
     kw = dict(layers=2, heads=2, value_heads=4, head_k=64, head_v=64, tokens=4, slots=6, scratch_steps=4, batch=3,
@@ -87,7 +86,6 @@ def test_the_cuda_host_engine_matches_the_cpu_one(rng):
 
 def test_short_conv_on_cuda_matches_the_cpu_backend(rng):
     """The same conv arithmetic on both backends (SPEC §9), on torch's current stream, state in place."""
-    gpu_or_skip()
     from test_short_conv import ConvCase
 
     c = ConvCase(rng, W=4, C=200, S=5, T=3)
@@ -127,11 +125,11 @@ print("captured:", rows2.tolist())
 """
 
 
+@pytest.mark.cuda_graph
 def test_the_first_call_inside_a_capture_is_refused_naming_the_stream():
     """The drop-ins' device error word is allocated by the first call outside a capture; a first call inside
     one is refused (InvalidArgument naming "stream") and leaves the capture valid. A fresh process, so no
     earlier test has allocated the word."""
-    gpu_or_skip()
     import subprocess
     import sys
 
@@ -142,11 +140,11 @@ def test_the_first_call_inside_a_capture_is_refused_naming_the_stream():
     assert "outside: [[4, 5, 6], [0, 1, 2]]" in lines and "captured: [[4, 5, 6], [0, 1, 2]]" in lines, run.stdout
 
 
+@pytest.mark.cuda_graph
 def test_int64_indices_are_converted_on_the_calls_stream_but_refused_inside_a_capture(rng):
     """Outside a capture int64 indices (torch's default) give the int32 results bitwise, converted on the
     stream the call names; inside one they are refused by name (the copy would be an allocation in the
     capture) and the capture goes on: int32 indices in the same capture replay to the same results."""
-    gpu_or_skip()
     c = Case(rng, K=64, V=64, H=2, HV=4, gate="softplus", beta_is_logit=True)
     d = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()
     args = [d(x) for x in (c.q, c.k, c.v, c.g, c.beta)]
@@ -182,7 +180,6 @@ def test_int64_indices_are_converted_on_the_calls_stream_but_refused_inside_a_ca
 def test_a_slot_strided_pool_on_cuda_is_updated_in_place(rng):
     """SGLang's per-slot envelopes on the device: the [N, HV, V, K] view is written in place, the rest of
     each envelope is not, and the results are the compact pool's."""
-    gpu_or_skip()
     c = Case(rng, K=64, V=64, H=2, HV=4)
     d = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()
     args = [d(x) for x in (c.q, c.k, c.v, c.g, c.beta)]

@@ -11,10 +11,12 @@ import pytest
 import torch
 
 import kdagraph
-from helpers import gpu_or_skip, rel_error
+from helpers import rel_error
 
 L, H, HV, K, T, S, P, N = 3, 2, 4, 128, 3, 4, 7, 4  # layers, heads, T tokens of S scratch steps, P slots, bucket N
 ROUNDS = 50
+
+pytestmark = pytest.mark.gpu
 
 
 class Engine:
@@ -97,8 +99,8 @@ def check_against_cpu(torch, engine, pools_before, outputs, idx, nat):
         assert (got[real:] == 0).all(), f"layer {layer}: padded rows output zeros"
 
 
+@pytest.mark.cuda_graph
 def test_sglang_graph_of_indices_and_layers_replays_bitwise_as_eager(rng):
-    gpu_or_skip()
     engine = Engine(torch, rng, torch.bfloat16)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -136,11 +138,12 @@ def test_sglang_graph_of_indices_and_layers_replays_bitwise_as_eager(rng):
     assert kdagraph.device_errors("cuda")["count"] == 0
 
 
+@pytest.mark.cupy
 def test_cupy_arrays_give_torchs_results_bitwise(rng):
     """The same rounds with every array a cupy view of the torch tensor (fp32 io), on a cupy stream:
     kdagraph takes cupy's current stream and the cupy arrays in place, and the results are bitwise torch's."""
-    gpu_or_skip()
-    cupy = pytest.importorskip("cupy", reason="cupy is not installed here; the cupy tests run where it is")
+    import cupy
+
     engine = Engine(torch, rng, torch.float32)  # fp32: the test does not rely on cupy knowing bfloat16
     torch_pools, cupy_pools = engine.pools(), engine.pools()
     torch_out, cupy_out = engine.outputs(), engine.outputs()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kdagraph
-from helpers import as_f64, expect_refused_unchanged, gpu_or_skip, rel_error
+from helpers import as_f64, expect_refused_unchanged, rel_error
 from test_short_conv import TOL, io_type
 from test_trees import chains, random_trees, same_bits
 
@@ -267,8 +267,9 @@ def test_a_padded_rows_tree_and_path_are_never_read(rng):
 
 # ---- CUDA ------------------------------------------------------------------------------------------
 
+@pytest.mark.gpu
+@pytest.mark.tree
 def test_tree_calls_on_cuda_match_the_cpu_backend(rng):
-    gpu_or_skip()
     c = TreeCalls(rng, W=4, C=200, T=5, S=6)
     d = lambda v: torch.from_numpy(np.ascontiguousarray(v)).cuda()
     device_state = d(c.state)
@@ -290,8 +291,9 @@ def test_tree_calls_on_cuda_match_the_cpu_backend(rng):
     assert kdagraph.device_errors("cuda")["count"] == 0
 
 
+@pytest.mark.gpu
+@pytest.mark.tree
 def test_a_bad_parent_in_device_memory_is_read_as_the_chains_and_recorded_by_short_conv(rng):
-    gpu_or_skip()
     c = TreeCalls(rng, W=4, C=64, T=5, S=5, padded=1)
     clamped = random_trees(rng, c.B, c.T)
     clamped[0, 3] = 2

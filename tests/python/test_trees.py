@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kdagraph
-from helpers import expect_refused_unchanged, gpu_or_skip, rel_error
+from helpers import expect_refused_unchanged, rel_error
 from test_recurrent_kda import BF16, TOL, Case, check_round
 
 
@@ -217,8 +217,9 @@ def cuda_call(c, pool, parent, **kw):
     return out.cpu().numpy()
 
 
+@pytest.mark.gpu
+@pytest.mark.tree
 def test_a_tree_on_cuda_matches_the_cpu_backend(rng):
-    gpu_or_skip()
     c = Case(rng, T=6, K=64, V=64, gate="softplus", beta_is_logit=True)
     parent = random_trees(rng, c.B, c.T)
     cpu_pool = c.pool.copy()
@@ -232,8 +233,9 @@ def test_a_tree_on_cuda_matches_the_cpu_backend(rng):
     assert kdagraph.device_errors("cuda")["count"] == 0
 
 
+@pytest.mark.gpu
+@pytest.mark.tree
 def test_a_bad_parent_in_device_memory_is_read_as_the_chains_and_recorded(rng):
-    gpu_or_skip()
     c = Case(rng, T=6, K=64, V=64)  # row 1 padded, row 0 real
     clamped = random_trees(rng, c.B, c.T)
     clamped[0, 4] = 3
@@ -251,8 +253,9 @@ def test_a_bad_parent_in_device_memory_is_read_as_the_chains_and_recorded(rng):
     assert (recorded["row"], recorded["value"]) == (0, 7)
 
 
+@pytest.mark.gpu
+@pytest.mark.tree
 def test_more_than_the_cuda_trees_tokens_is_refused_by_name(rng):
-    gpu_or_skip()
     c = Case(rng, T=17, K=64, V=64)
     pool = cuda(c.pool)
     with pytest.raises(kdagraph.InvalidArgument) as e:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kdagraph
-from helpers import gpu_or_skip, rel_error
+from helpers import rel_error
 from kdagraph._kdagraph import _reference as ref
 from test_round_trip import OPTIONS, SHAPE
 from test_round_trip import round_inputs as round_inputs_of
@@ -242,11 +242,12 @@ def test_a_path_off_the_tree_in_backend_memory_is_cut_and_recorded(rng):
 
 # ---- CUDA ------------------------------------------------------------------------------------------
 
+@pytest.mark.gpu
+@pytest.mark.tree
 def test_captured_tree_rounds_on_cuda_match_the_cpu_backend(rng):
     """The runner's graphs on a torch stream, trees through set_tree and paths through accept_path (CUDA
     int32 tensors), against the same rounds on the CPU backend: outputs every round, then the materialized
     states and conv windows; K = V = 64 as the CUDA verify needs."""
-    gpu_or_skip()
     shape = dict(layers=2, heads=1, value_heads=2, head_k=64, head_v=64)
     Cg = 4 * 64
     weights = [rng.uniform(-0.6, 0.6, (Cg, 4)).astype(np.float32) for _ in range(2)]

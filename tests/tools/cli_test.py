@@ -101,6 +101,9 @@ ERRORS = {
     "error_bench_batches": (["bench", "--batches", "1,0"], ["--batches", "0"]),
     "error_bench_sampler": (["bench", "--sampler", "sideways"], ["--sampler", "in", "out"]),
     "error_bench_node_trace_cpu": (["bench", "--backend", "cpu", "--node-trace"], ["--node-trace"]),
+    "error_run_graph_memory_copies": (["run", "--graph-memory-copies", "0"], ["--graph-memory-copies", "4096"]),
+    "error_run_graph_memory_eager": (["run", "--exec", "eager", "--graph-memory-copies", "4"],
+                                     ["--graph-memory-copies", "--exec eager"]),
 }
 
 
@@ -272,6 +275,37 @@ def check_replay_eager():
 @case
 def check_replay_graph():
     check_case("replay", "graph", ["--state-dtype", "bf16"])
+
+
+@case
+def graph_memory_is_reported_per_bucket_and_per_graph():
+    """The JSON gives the capture's device memory in all and per bucket, and with --graph-memory-copies N
+    the copies' memory of the largest bucket and one graph's share, as the text summary does; without the
+    option graph_memory is null and the text has no such line. The CPU backend's graphs hold no device
+    memory, so every figure is 0 there; on CUDA the bytes are the run's own."""
+    args = ["run", "--backend", "cpu", "--rounds", "2", "--batch", "6"]
+    d = json.loads(expect_ok(args + ["--json"]).stdout)
+    if d.get("graph_memory", "absent") is not None or "graph_device_bytes_per_bucket" not in d:
+        raise Failure(f"without --graph-memory-copies: graph_memory {d.get('graph_memory', 'absent')}, "
+                      f"per bucket {d.get('graph_device_bytes_per_bucket', 'absent')}")
+    if "graph memory" in summary(expect_ok(args).stdout):
+        raise Failure("the text summary has a graph memory line without --graph-memory-copies")
+    path = os.path.join(work_dir(), "graph_memory.json")
+    p = expect_ok(args + ["--graph-memory-copies", "5", "--json-file", path])
+    with open(path) as f:
+        d = json.load(f)
+    m = d["graph_memory"]
+    if (m["bucket"], m["copies"]) != (max(d["buckets"]), 5):
+        raise Failure(f"graph_memory {m}: expected the largest bucket {max(d['buckets'])} and 5 copies")
+    if not close(m["bytes_per_graph"], m["device_bytes"] / 5) or m["device_bytes"] != 0:
+        raise Failure(f"graph_memory {m}: one graph is the copies' bytes / 5, and 0 on the CPU")
+    if not close(d["graph_device_bytes_per_bucket"], d["graph_device_bytes"] / d["graphs_captured"]):
+        raise Failure(f"per bucket {d['graph_device_bytes_per_bucket']} is not {d['graph_device_bytes']} / "
+                      f"{d['graphs_captured']}")
+    line = summary(p.stdout).get("graph memory", "")
+    if not re.fullmatch(r"0 MiB per graph \(5 copies of bucket 6 took 0 MiB at once\)", line):
+        raise Failure(f"the text summary's graph memory line: '{line}'\n{p.stdout}")
+    print(line)
 
 
 @case
