@@ -1,6 +1,6 @@
 // SPEC §10: the kernels' parameters of the operations over caller-owned buffers (kdagraph/ops.hpp), built
 // from arguments the operation has validated: graph/ops.cpp enqueues them; the verify sweep
-// (profiling/bench_verify_cuda.cu) and tests/simt/verify_family_simt_test.cpp launch the kernel family's
+// (profiling/bench_verify_sweep.cu) and tests/simt/verify_family_simt_test.cpp launch the kernel family's
 // other members on the very parameters a round's verify gets. Host code; nothing here checks.
 #pragma once
 

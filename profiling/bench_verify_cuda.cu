@@ -11,8 +11,8 @@
 // Aim (the kernels issue): batch >= 32 moves >= 80% of copy bandwidth; at batch 1 one layer's verify
 // takes <= 2 * (bytes / copy bandwidth) + 3 us. Both judged on the cold median.
 //
-// Beside each verify, its traffic-only twin: the same grid and the same state loads and stores, with no
-// inputs and no arithmetic. Its time is the floor that launch, memory latency and bandwidth set for this
+// Beside each verify, its traffic-only twin: the same grid (the library's tile for the batch) and the
+// same state loads and stores, with no inputs and no arithmetic. Its time is the floor that launch, memory latency and bandwidth set for this
 // access pattern at this parallelism; verify over twin says how much the arithmetic, the input staging
 // and the block's barriers add on top.
 #include <cuda_runtime.h>
@@ -33,50 +33,16 @@
 #include "kernels/stream.h"
 #include "kernels/synthetic.h"
 #include "kernels/verify.h"
-#include "profiling/launch_gate.h"
+#include "kernels/verify_shapes.cuh"
+#include "profiling/cuda_timing.cuh"
 
 namespace kdagraph {
 namespace {
 
-// Zeroed device memory of the benchmark (the library's buffer; zeroed before any stream uses it).
-detail::Buffer device_zeros(size_t bytes) {
-  detail::Buffer b(Backend::cuda, bytes);
-  b.fill(0);
-  return b;
-}
-
-__global__ void fill_hashed_kernel(void* out, DType dtype, int64_t elems, SyntheticField field, float lo, float hi) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < elems; i += int64_t(gridDim.x) * blockDim.x)
-    store_from_f32(out, dtype, i, synthetic_uniform(synthetic_bits(1, 0, 0, 0, 0, field, uint32_t(i)), lo, hi));
-}
-
-// `elems` values of `dtype` in [lo, hi), hashed per element (kernels/synthetic.h): timings never run on
-// zeros. Finished before it returns, like device_zeros.
-detail::Buffer device_hashed(int64_t elems, DType dtype, SyntheticField field, float lo, float hi) {
-  detail::Buffer b(Backend::cuda, size_t(elems) * dtype_size(dtype));
-  fill_hashed_kernel<<<1024, 256>>>(b.as(), dtype, elems, field, lo, hi);
-  KDA_CUDA_CHECK(cudaGetLastError());
-  KDA_CUDA_CHECK(cudaDeviceSynchronize());
-  return b;
-}
-
-// Start/stop events for `count` samples, and their median.
-struct EventPairs {
-  std::vector<detail::Event> start, stop;
-  explicit EventPairs(int count) {
-    for (int i = 0; i < count; ++i) {
-      start.emplace_back(Backend::cuda);
-      stop.emplace_back(Backend::cuda);
-    }
-  }
-  // Median over the samples, in microseconds.
-  double median_us() const {
-    std::vector<double> us(start.size());
-    for (size_t i = 0; i < us.size(); ++i) us[i] = 1e3 * stop[i].elapsed_ms_since(start[i]);
-    std::nth_element(us.begin(), us.begin() + ptrdiff_t(us.size() / 2), us.end());
-    return us[us.size() / 2];
-  }
-};
+using profiling::copy_bandwidth_gbps;
+using profiling::device_hashed;
+using profiling::device_zeros;
+using profiling::median_us;
 
 struct Config {
   int32_t value_heads, tokens, batch;
@@ -89,63 +55,40 @@ struct Result {
 
 constexpr int32_t kHeadDim = 128;
 
-// The verify's grid at K = V = 128 (kernels/verify.cu): a block per (row, head, 16-row tile), 128 threads,
-// a lane group of 32 per V row, each lane a 16-byte slice of 4 rows. [TAG_VERIFY_TILE]
-constexpr int kTwinRows = 4, kTwinTileV = 16, kTwinThreads = 128;
-
-__global__ void __launch_bounds__(kTwinThreads)
+// The traffic-only twin of a verify launch at K = V = 128: the grid of the library's tile for the batch
+// (kernels/verify_shapes.cuh, verify_tiling), a block per (row, head, tile of kTileV rows), each thread
+// moving 16-byte chunks of the tile coalesced, evict-first like the verify's post-states.
+// [TAG_VERIFY_SHAPES]
+template <class Tile>
+__global__ void __launch_bounds__(Tile::kThreads)
     traffic_only_kernel(const float* pool, float* scratch, const int32_t* seed_pool, const int32_t* seed_scratch,
                         const int32_t* write_row, int32_t tokens, int32_t value_heads) {
-  constexpr int K = kHeadDim, kTiles = K / kTwinTileV;
-  const int32_t tile = int32_t(blockIdx.x) % kTiles, unit = int32_t(blockIdx.x) / kTiles;
+  constexpr int K = kHeadDim, kChunksPerThread = Tile::kTileV * K / 4 / Tile::kThreads;
+  const int32_t tile = int32_t(blockIdx.x) % Tile::kTilesPerHead, unit = int32_t(blockIdx.x) / Tile::kTilesPerHead;
   const int32_t h = unit % value_heads, n = unit / value_heads;
   const int32_t sp = seed_pool[n], ss = seed_scratch[n];
   if (sp < 0 && ss < 0) return;
   const int64_t head_elems = int64_t(K) * K, row_elems = value_heads * head_elems;
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const int64_t offset = h * head_elems + int64_t(tile * kTwinTileV + warp * kTwinRows) * K + lane * 4;
+  const int64_t offset = h * head_elems + int64_t(tile) * Tile::kTileV * K;
   const float* seed = sp >= 0 ? pool + sp * row_elems : scratch + ss * row_elems;
-  float4 s[kTwinRows];
+  float4 s[kChunksPerThread];
 #pragma unroll
-  for (int r = 0; r < kTwinRows; ++r) s[r] = __ldcg(reinterpret_cast<const float4*>(seed + offset + r * K));
+  for (int c = 0; c < kChunksPerThread; ++c)
+    s[c] = __ldcg(reinterpret_cast<const float4*>(seed + offset) + threadIdx.x + c * Tile::kThreads);
   for (int32_t t = 0; t < tokens; ++t) {
     float* post = scratch + write_row[int64_t(n) * tokens + t] * row_elems + offset;
 #pragma unroll
-    for (int r = 0; r < kTwinRows; ++r) __stcg(reinterpret_cast<float4*>(post + r * K), s[r]);
+    for (int c = 0; c < kChunksPerThread; ++c)
+      __stcs(reinterpret_cast<float4*>(post) + threadIdx.x + c * Tile::kThreads, s[c]);
   }
 }
 
-// Median time of `launch` over `runs` samples: cold when `flush` is given (a write larger than L2 before
-// each launch), warm otherwise. Each sample is timed behind a LaunchGate (the device's time alone).
-template <class Launch>
-double median_us(cudaStream_t stream, int runs, const detail::Buffer* flush, Launch launch) {
-  EventPairs events(runs);
-  const Stream s{Backend::cuda, stream};
-  bool waited = false;
-  for (int i = 0; i < runs; ++i) {
-    if (flush != nullptr) KDA_CUDA_CHECK(cudaMemsetAsync(flush->as(), i & 0xff, flush->bytes(), stream));
-    profiling::LaunchGate gate(s);
-    events.start[size_t(i)].record(s);
-    launch();
-    events.stop[size_t(i)].record(s);
-    gate.open();
-    KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    waited = waited || gate.timed_out();
-  }
-  if (waited) throw Error("a timed sample waited on its own stream behind the launch gate; its time is not valid");
-  return events.median_us();
-}
-
-// Device-to-device cudaMemcpy bandwidth, counting bytes read plus bytes written (after one untimed copy).
-double copy_bandwidth_gbps(cudaStream_t stream, int runs) {
-  const size_t bytes = size_t(1) << 30;
-  const detail::Buffer src = device_hashed(int64_t(bytes / 4), DType::f32, SyntheticField::state, -1.0f, 1.0f),
-                       dst = device_zeros(bytes);
-  const auto copy = [&] {
-    KDA_CUDA_CHECK(cudaMemcpyAsync(dst.as(), src.as(), bytes, cudaMemcpyDeviceToDevice, stream));
-  };
-  copy();
-  return 2.0 * double(bytes) / (median_us(stream, runs, nullptr, copy) * 1e3);
+template <class Tile>
+void launch_twin(const VerifyParams& p, const detail::Buffer& pool, const detail::Buffer& scratch, cudaStream_t stream) {
+  const unsigned blocks = unsigned(p.rows) * unsigned(p.value_heads) * unsigned(Tile::kTilesPerHead);
+  traffic_only_kernel<Tile><<<blocks, Tile::kThreads, 0, stream>>>(pool.as<float>(), scratch.as<float>(), p.seed_pool,
+                                                                   p.seed_scratch, p.write_row, p.tokens, p.value_heads);
+  KDA_CUDA_CHECK(cudaGetLastError());
 }
 
 // One layer's verify at `cfg`: every row real, odd rows seeding from scratch row a - 1.
@@ -215,10 +158,11 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const detail
   const auto verify = [&] { KDA_CUDA_CHECK(launch_verify(p, stream)); };
   for (int i = 0; i < 3; ++i) verify();
   const auto twin = [&] {
-    const unsigned blocks = unsigned(B) * unsigned(HV) * unsigned(K / kTwinTileV);
-    traffic_only_kernel<<<blocks, kTwinThreads, 0, stream>>>(pool.as<float>(), scratch.as<float>(), p.seed_pool,
-                                                             p.seed_scratch, p.write_row, T, HV);
-    KDA_CUDA_CHECK(cudaGetLastError());
+    using Tiles = verify_detail::LibraryTiles<kHeadDim>;
+    if (verify_tiling(int64_t(B) * HV, detail::device_multiprocessors()) == VerifyTiling::wide)
+      launch_twin<Tiles::wide>(p, pool, scratch, stream);
+    else
+      launch_twin<Tiles::narrow>(p, pool, scratch, stream);
   };
   const double cold_us = median_us(stream, runs, &flush, verify);
   const double twin_cold_us = median_us(stream, runs, &flush, twin);

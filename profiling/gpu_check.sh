@@ -25,8 +25,7 @@
 # in the summary: the device machine gets the files without .git), KDAGRAPH_GTEST_SOURCE_DIR (else ./.gtest,
 # a copy of Debian's /usr/src/googletest, else /usr/src/googletest), KDAGRAPH_WERROR (OFF).
 #
-# Each stage runs under its own cap (the caps and RESERVED_S add up to at most the budget; the dry run
-# checks that). A failing stage does not stop the next. Logs and results land in ./gpu_out; when $OUT is
+# Each stage runs under its own cap (the caps add up to at most the budget; the dry run checks that). A failing stage does not stop the next. Logs and results land in ./gpu_out; when $OUT is
 # set (the device tool's return folder, at most 8 files) RETURNED is copied there, the logs as one
 # tarball. The summary (each stage's section, then the table of stages) is printed last. Exit status: 0
 # all passed; 1 a stage failed or ran out of time; 3 none failed but a tool could not run here
@@ -46,9 +45,6 @@ BUILD=${KDA_BUILD_DIR:-$ROOT/build-gpu}
 [[ "$BUILD" == /* ]] || BUILD=$ROOT/$BUILD
 ARCH=${KDAGRAPH_CUDA_ARCHITECTURES:-90}
 BUDGET_S=${KDA_CHECK_BUDGET_S:-540}
-# Kept free within the budget for the kernel-variant sweep (verify_sweep, about 60 s) that is to be added:
-# its stage takes this time over, and RESERVED_S goes back to 0.
-RESERVED_S=60
 JOBS=${KDA_JOBS:-$(nproc)}
 PYTHON=${KDA_PYTHON:-python3}
 COMMIT=${KDA_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -66,7 +62,7 @@ command -v nvcc >/dev/null || { [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH
 # stage NAME CAP [TARGET...]: stage_NAME (below) runs within CAP seconds, after the build stage has made
 # the TARGETs (@cuda_tests: every *_cuda_test target of the build). To add a stage: write stage_NAME
 # (its commands through `x`, so the dry run checks them), add its line here and lower other caps so the
-# total, with RESERVED_S, stays within the budget; a file it wants back goes into RETURNED (at most 8 with
+# total stays within the budget; a file it wants back goes into RETURNED (at most 8 with
 # the tarball).
 STAGE_NAMES=()
 declare -A STAGE_CAP STAGE_TARGETS
@@ -86,14 +82,16 @@ stage python_tests 60 _kdagraph _kdagraph_stub kdagraph_cli
 stage cli_check 15 kdagraph_cli
 stage capture 10 kdagraph_cli
 stage bench_verify 15 bench_verify_cuda
+stage verify_sweep 45 bench_verify_sweep
 stage conv_verify_bench 25 bench_conv_verify
 stage round_bench 75 kdagraph_cli
-stage fla_peer 30 _kdagraph _kdagraph_stub kdagraph_cli
+stage fla_peer 40 _kdagraph _kdagraph_stub kdagraph_cli
+stage sweep_report 5
 stage memcheck 40 indices_cuda_test accept_cuda_test state_copy_cuda_test verify_cuda_test verifier_cuda_test \
   conv_cuda_test ops_cuda_test graph_runner_cuda_test kdagraph_cli
 stage racecheck 15 verify_cuda_test ops_cuda_test kdagraph_cli
 RETURNED=(summary.md gpu_logs.tar.gz bench_verify_cuda.csv kdagraph_bench_kimi-linear-48b-tp2.csv
-  kdagraph_bench_kimi-linear-48b.csv fla_peer.csv)
+  kdagraph_bench_kimi-linear-48b.csv fla_peer.csv verify_sweep.csv)
 # Targets that exist only when an option is on: where it is off, the build leaves them out (and says so).
 declare -A TARGET_OPTION=([_kdagraph]=KDAGRAPH_BUILD_PYTHON [_kdagraph_stub]=KDAGRAPH_BUILD_PYTHON)
 
@@ -341,6 +339,18 @@ stage_bench_verify() {
   return "$rc"
 }
 
+# Issue 31: every member of the verify kernel family beside the library's verify (profiling/
+# bench_verify_sweep.cu), each checked bitwise against the library before it is timed (a member that
+# differs fails the stage); its tables go to the summary, the CSV back.
+stage_verify_sweep() {
+  x "$BUILD/profiling/bench_verify_sweep" --csv "$WORK/verify_sweep.csv" --md "$WORK/verify_sweep.md" |
+    tee "$WORK/verify_sweep.txt"
+  local rc=$?
+  [[ -f "$WORK/verify_sweep.md" ]] && section <"$WORK/verify_sweep.md"
+  note "$(tail -n 1 "$WORK/verify_sweep.md" 2>/dev/null)"
+  return "$rc"
+}
+
 # One kernel per layer (issue 21): the conv fused into the verify against the conv and verify as two
 # launches, per layer and for the round of 20 layers, batch 1 to 8, T 2 and 4, PDL on and then off.
 stage_conv_verify_bench() {
@@ -397,6 +407,16 @@ stage_fla_peer() {
     --csv "$WORK/fla_peer.csv" --md "$WORK/fla_peer.md"
   local rc=$?
   [[ -f "$WORK/fla_peer.md" ]] && section <"$WORK/fla_peer.md"
+  return "$rc"
+}
+
+# Issue 31's aims, judged on this run: the sweep's library and fastest member beside FLA (fla_peer), and
+# the sweep's own ratios (profiling/sweep_report.py). Reads the two stages' CSVs.
+stage_sweep_report() {
+  x "$PYTHON" "$ROOT/profiling/sweep_report.py" --sweep "$WORK/verify_sweep.csv" --fla "$WORK/fla_peer.csv" \
+    --md "$WORK/sweep_report.md"
+  local rc=$?
+  [[ -f "$WORK/sweep_report.md" ]] && section <"$WORK/sweep_report.md"
   return "$rc"
 }
 

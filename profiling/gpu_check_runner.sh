@@ -254,16 +254,14 @@ run_limited() {
   return 124
 }
 
-# The whole plan against its limits: the caps and the time RESERVED_S keeps free within the budget, at
-# most 8 files back.
+# The whole plan against its limits: the caps within the budget, at most 8 files back.
 check_plan() {
   local total=0 name
   # shellcheck disable=SC2004  # an associative array's key needs its $
   for name in "${STAGE_NAMES[@]}"; do total=$((total + STAGE_CAP[$name])); done
-  echo "stages: ${STAGE_NAMES[*]}; caps ${total} s and ${RESERVED_S} s reserved of ${BUDGET_S} s;" \
-    "${#RETURNED[@]} files back"
-  ((total + RESERVED_S <= BUDGET_S)) || {
-    echo "the stages' caps add up to ${total} s, with ${RESERVED_S} s reserved over the budget of ${BUDGET_S} s"
+  echo "stages: ${STAGE_NAMES[*]}; caps ${total} s of ${BUDGET_S} s; ${#RETURNED[@]} files back"
+  ((total <= BUDGET_S)) || {
+    echo "the stages' caps add up to ${total} s, over the budget of ${BUDGET_S} s"
     return 1
   }
   ((${#RETURNED[@]} <= 8)) || { echo "RETURNED names ${#RETURNED[@]} files; the device tool brings back 8"; return 1; }

@@ -1,0 +1,566 @@
+// Issue 31's sweep: every member of the verify kernel family (profiling/verify_variants.cuh, each run on
+// the SIMT executor by tests/simt/verify_family_simt_test.cpp first) beside the library's own verify, on
+// one Kimi-Linear layer (H = HV, K = V = 128, bf16 inputs, L2 norm, softplus gate and beta logit in the
+// kernel), in one run, so a tile is chosen by the numbers of one GPU:
+//   chain      HV 16 and 32 x T 2, 4, 8 x batch 1, 8, 32, 128 x fp32 and bf16 state, fused accept (half
+//              the rows mid-stream, seeding from scratch);
+//   modes      two-phase, fused accept and replay (a = 1..T cached tokens replayed first) at batch 1 and 64,
+//              T 4, HV 16 and 32, fp32 state;
+//   conv       the short conv fused in (C = 6144, W 4) at batch 1 and 8, T 2 and 4, HV 16: the conv
+//              members and the library's fused kernel against the conv and the verify as two launches;
+//   tree       top-4 token trees against chains of the same T = 8, batch 1 and 16, HV 16.
+// Each layer's parameters are the ones a round's verify gets in a graph (graph/ops_params.h: indices
+// built on the device, pre-round data for the early seed loads). Before a member is timed it runs once on
+// the library's starting storage, and a member with the library's formula must give the library's bits:
+// every output and every byte of pool, scratch, token cache and conv state (the run fails otherwise);
+// one with OutputFormula::post_state reports its outputs' distance from the library's. The probes
+// (no_state_stores, prologue_only) split the time of the tile they are cut from: prologue, the state
+// stores, and the rest (the token loop's arithmetic).
+// Cold medians (L2 flushed before each sample) of CUDA events behind a LaunchGate (profiling/
+// cuda_timing.cuh); bytes are the state transfers of SPEC §7 plus inputs and outputs, against the copy
+// bandwidth measured in the same run.
+//   bench_verify_sweep [--runs N (20)] [--csv FILE] [--md FILE] [--list] [--help]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/ops_params.h"
+#include "kdagraph/error.hpp"
+#include "kdagraph/verifier.hpp"
+#include "kernels/cuda_check.h"
+#include "kernels/kda_math.h"
+#include "kernels/memory.h"
+#include "kernels/stream.h"
+#include "kernels/synthetic.h"
+#include "kernels/verify.h"
+#include "profiling/cuda_timing.cuh"
+#include "profiling/verify_sweep.h"
+
+namespace kdagraph {
+namespace {
+
+using detail::Buffer;
+using profiling::SweepMember;
+
+constexpr int32_t kHeadDim = 128, kConvWidth = 4, kTreeTopK = 4;
+
+struct Shape {
+  std::string section;
+  Mode mode = Mode::fused_accept;
+  int32_t value_heads = 16, tokens = 4, batch = 1;
+  DType state = DType::f32;
+  bool conv = false, tree = false;
+};
+
+__global__ void count_differences_kernel(const uint32_t* a, const uint32_t* b, int64_t words,
+                                         unsigned long long* count) {
+  unsigned long long mine = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += int64_t(gridDim.x) * blockDim.x)
+    mine += a[i] != b[i];
+  if (mine > 0) atomicAdd(count, mine);
+}
+
+// 32-bit words in which two device buffers of `bytes` differ (every buffer here is a multiple of 4).
+uint64_t count_differences(const void* a, const void* b, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return 0;
+  const Buffer count = profiling::device_zeros(sizeof(unsigned long long));
+  count_differences_kernel<<<1024, 256, 0, stream>>>(static_cast<const uint32_t*>(a), static_cast<const uint32_t*>(b),
+                                                     int64_t(bytes / 4), count.as<unsigned long long>());
+  KDA_CUDA_CHECK(cudaGetLastError());
+  KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return count.download<unsigned long long>()[0];
+}
+
+// One layer of a shape on a Verifier whose slots are all mid-stream, its inputs, and copies of its
+// storage: as it starts (every run that is checked starts there) and as the library's verify leaves it.
+struct Case {
+  VerifierConfig config;
+  std::unique_ptr<Verifier> verifier;
+  Buffer q, k, v, g, beta, o, gate, x, weight, conv_q, conv_k, conv_v;
+  LayerInputs in;
+  ConvLayerInputs conv_in;
+  VerifyParams params;
+  struct Region {
+    void* at;
+    size_t bytes;
+    Buffer start, library;
+  };
+  std::vector<Region> storage;  // pool, scratch, token cache, conv state: what a verify may write
+  Buffer library_o;
+  double bytes = 0;  // moved by one verify
+
+  Case(const Shape& s, cudaStream_t stream) {
+    const int32_t B = s.batch, T = s.tokens, HV = s.value_heads, K = kHeadDim;
+    config.backend = Backend::cuda;
+    config.model = ModelShape{1, HV, HV, K, K};
+    config.pool = PoolShape{B, T, s.state};
+    config.max_rows = B;
+    config.tokens = T;
+    config.io_dtype = DType::bf16;
+    config.mode = s.mode;
+    config.options.l2norm_qk = true;
+    config.options.gate = GateMode::softplus;
+    config.options.beta_is_logit = true;
+    config.trees = s.tree;
+    if (s.conv) config.conv = ConvShape{conv_channels(config.model), kConvWidth, ConvActivation::silu};
+    verifier = std::make_unique<Verifier>(config);
+    Verifier& ver = *verifier;
+    const Stream st{Backend::cuda, stream};
+
+    // Mid-stream slots: hashed states, conv windows and token cache; fused accept seeds every other slot
+    // from scratch row a - 1, replay replays a = 1..T cached tokens first, two-phase seeds from the pool.
+    const size_t es = dtype_size(s.state);
+    profiling::fill_hashed(ver.pool(), int64_t(ver.pool_bytes() / es), s.state, SyntheticField::state, -0.5f, 0.5f, 1);
+    if (ver.scratch_bytes() > 0)
+      profiling::fill_hashed(ver.scratch(), int64_t(ver.scratch_bytes() / es), s.state, SyntheticField::state, -0.5f,
+                             0.5f, 2);
+    void* cache = ver.storage().token_cache.base;
+    if (ver.token_cache_bytes() > 0)
+      profiling::fill_hashed(cache, int64_t(ver.token_cache_bytes() / 2), DType::bf16, SyntheticField::k, -1.0f, 1.0f, 3);
+    if (s.conv)
+      profiling::fill_hashed(ver.conv_state(), int64_t(ver.conv_state_bytes() / 2), DType::bf16,
+                             SyntheticField::conv_window, -1.0f, 1.0f, 4);
+    std::vector<int32_t> slots(static_cast<size_t>(B)), accept(static_cast<size_t>(B)), parity(static_cast<size_t>(B));
+    for (int32_t i = 0; i < B; ++i) {
+      slots[size_t(i)] = i;
+      accept[size_t(i)] = s.mode == Mode::two_phase ? 0 : s.mode == Mode::replay ? 1 + i % T : i % 2 ? 1 + i / 2 % T : 0;
+      parity[size_t(i)] = i % 2;
+    }
+    detail::copy_to_backend(Backend::cuda, ver.accept_len(), accept.data(), accept.size() * sizeof(int32_t));
+    if (ver.storage().round_parity != nullptr)
+      detail::copy_to_backend(Backend::cuda, ver.storage().round_parity, parity.data(), parity.size() * sizeof(int32_t));
+    ver.set_batch(st, slots.data(), B);
+    if (s.tree) {
+      std::vector<int32_t> parent(size_t(B) * T);
+      for (int32_t i = 0; i < B; ++i) synthetic_tree(7, 0, i, T, kTreeTopK, parent.data() + size_t(i) * T);
+      ver.set_tree(st, parent.data(), B);
+    }
+    ver.enqueue_indices(st, B);
+
+    const size_t qk = size_t(B) * T * HV * K, vo = qk;
+    q = profiling::device_hashed(int64_t(qk), DType::bf16, SyntheticField::q, -1.0f, 1.0f);
+    k = profiling::device_hashed(int64_t(qk), DType::bf16, SyntheticField::k, -1.0f, 1.0f);
+    v = profiling::device_hashed(int64_t(vo), DType::bf16, SyntheticField::v, -1.0f, 1.0f);
+    g = profiling::device_hashed(int64_t(qk), DType::bf16, SyntheticField::g, -4.0f, 2.0f);
+    beta = profiling::device_hashed(int64_t(B) * T * HV, DType::bf16, SyntheticField::beta, -3.0f, 3.0f);
+    o = profiling::device_zeros(vo * 2);
+    library_o = profiling::device_zeros(vo * 2);
+    gate = profiling::device_hashed(int64_t(HV) * (1 + K), DType::f32, SyntheticField::gate_dt_bias, -0.5f, 0.5f);
+    in = LayerInputs{q.as(), k.as(), v.as(), g.as(), beta.as(), o.as(), gate.as<float>(), gate.as<float>() + HV};
+    const BatchView batch = ver.batch_view(B);
+    if (s.conv) {
+      const int64_t C = config.conv.channels;
+      x = profiling::device_hashed(int64_t(B) * T * C, DType::bf16, SyntheticField::conv_x, -1.0f, 1.0f);
+      weight = profiling::device_hashed(C * kConvWidth, DType::f32, SyntheticField::conv_weight, -0.6f, 0.6f);
+      conv_q = Buffer(Backend::cuda, qk * 2);
+      conv_k = Buffer(Backend::cuda, qk * 2);
+      conv_v = Buffer(Backend::cuda, vo * 2);
+      conv_in = conv_into_verify_inputs(ver.spec(), x.as(), weight.as<float>(), nullptr, conv_q.as(), conv_k.as(),
+                                        conv_v.as());
+      params = detail::conv_verify_params(ver.spec(), ver.storage(), ver.indices(), B, 0, conv_in, in, &batch);
+    } else {
+      params = detail::round_verify_params(ver.spec(), ver.storage(), ver.indices(), B, 0, in, &batch);
+    }
+    KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (auto [at, n] : {std::pair<void*, size_t>{ver.pool(), ver.pool_bytes()}, {ver.scratch(), ver.scratch_bytes()},
+                         {cache, ver.token_cache_bytes()}, {ver.conv_state(), ver.conv_state_bytes()}}) {
+      if (n == 0) continue;
+      storage.push_back(Region{at, n, Buffer(Backend::cuda, n), Buffer(Backend::cuda, n)});
+      KDA_CUDA_CHECK(cudaMemcpyAsync(storage.back().start.as(), at, n, cudaMemcpyDeviceToDevice, stream));
+    }
+
+    // SPEC §7's state transfers (replay: the replayed prefix's write back, no post-states), then the
+    // inputs read and the outputs written (replay: the cached tokens read, the new ones written).
+    const double state = double(HV) * K * K * double(es), io = 2.0;
+    double transfers = 0, tokens_io = 0;
+    for (int32_t i = 0; i < B; ++i) {
+      const int32_t a = accept[size_t(i)];
+      transfers += s.mode == Mode::replay ? (a > 0 ? 2 : 1) : 1 + T;
+      tokens_io += s.mode == Mode::replay ? a + T : T;
+    }
+    const double per_token = double(HV) * (4.0 * K + 1.0) * io;  // q, k, v, g, beta of a head, and o
+    const double conv_io = s.conv ? double(B) * T * config.conv.channels * io : 0.0;
+    bytes = transfers * state + tokens_io * per_token + conv_io;
+  }
+
+  // The starting storage back, and the outputs poisoned (NaN bytes), so a run that leaves one unwritten
+  // cannot pass for the library's.
+  void restore(cudaStream_t stream) {
+    KDA_CUDA_CHECK(cudaMemsetAsync(o.as(), 0xff, o.bytes(), stream));
+    for (const Region& r : storage)
+      KDA_CUDA_CHECK(cudaMemcpyAsync(r.at, r.start.as(), r.bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+  // The library's verify from the starting storage: its outputs and storage kept for the members'.
+  void run_library(cudaStream_t stream) {
+    restore(stream);
+    KDA_CUDA_CHECK(launch_verify(params, Launch{stream, false}));
+    KDA_CUDA_CHECK(cudaMemcpyAsync(library_o.as(), o.as(), o.bytes(), cudaMemcpyDeviceToDevice, stream));
+    for (Region& r : storage)
+      KDA_CUDA_CHECK(cudaMemcpyAsync(r.library.as(), r.at, r.bytes, cudaMemcpyDeviceToDevice, stream));
+    KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  // Words of outputs and storage in which a run from the starting storage differs from the library's.
+  uint64_t differences(cudaStream_t stream) {
+    uint64_t n = count_differences(o.as(), library_o.as(), o.bytes(), stream);
+    for (const Region& r : storage) n += count_differences(r.at, r.library.as(), r.bytes, stream);
+    return n;
+  }
+  // ||o - o_library|| / ||o_library|| over the outputs.
+  double output_distance() const {
+    const std::vector<uint16_t> a = o.download<uint16_t>(), b = library_o.download<uint16_t>();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double x = math::to_f32(math::bf16{a[i]}), y = math::to_f32(math::bf16{b[i]});
+      num += (x - y) * (x - y);
+      den += y * y;
+    }
+    return std::isnan(num) ? INFINITY : std::sqrt(num / std::max(den, 1e-30));
+  }
+};
+
+struct Row {
+  Shape shape;
+  std::string member;  // "library", a member's name, or the conv's "unfused"
+  int tile_rows = 0;
+  double us = 0, gbps = 0, library_us = 0;
+  std::string check;  // "library", "bitwise", "DIFFERS (n words)", "err 1e-3", "probe"
+  bool exact = false, probe = false;
+};
+
+struct Sweep {
+  cudaStream_t stream;
+  int runs;
+  double copy_gbps;
+  const Buffer& flush;
+  std::vector<SweepMember> members;
+  std::vector<Row> rows;
+  int mismatches = 0;
+
+  double time(const std::function<void()>& launch) { return profiling::median_us(stream, runs, &flush, launch); }
+
+  void add(const Shape& s, const std::string& member, int tile_rows, double us, double bytes, double library_us,
+           std::string check, bool exact, bool probe) {
+    rows.push_back(Row{s, member, tile_rows, us, bytes / (us * 1e3), library_us, std::move(check), exact, probe});
+    const Row& r = rows.back();
+    std::printf("%-9s %-12s HV=%2d T=%d batch=%3d state=%-4s %-34s %9.1f us %6.0f GB/s (%3.0f%% of copy) x%.2f %s\n",
+                s.section.c_str(), to_string(s.mode), s.value_heads, s.tokens, s.batch, to_string(s.state),
+                member.c_str(), us, r.gbps, 100.0 * r.gbps / copy_gbps, library_us / us, r.check.c_str());
+    std::fflush(stdout);
+  }
+
+  // The library's verify at `s`, then every member of its list (chains or conv) for the shape.
+  Case& run_shape(const Shape& s, std::unique_ptr<Case>& held) {
+    held = std::make_unique<Case>(s, stream);
+    Case& c = *held;
+    c.run_library(stream);
+    const double library_us = time([&] { KDA_CUDA_CHECK(launch_verify(c.params, Launch{stream, false})); });
+    add(s, "library", 0, library_us, c.bytes, library_us, "library", true, false);
+    if (s.tree) return c;
+    for (const SweepMember& m : members) {
+      if (m.conv != s.conv) continue;
+      const profiling::SweepLauncher launch = s.state == DType::f32 ? m.f32_state : m.bf16_state;
+      c.restore(stream);
+      KDA_CUDA_CHECK(launch(c.params, Launch{stream, false}));
+      KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::string check = "probe";
+      if (m.exact) {
+        const uint64_t d = c.differences(stream);
+        check = d == 0 ? "bitwise" : "DIFFERS (" + std::to_string(d) + " words)";
+        mismatches += d != 0;
+      } else if (!m.probe) {
+        char text[32];
+        std::snprintf(text, sizeof text, "err %.1e", c.output_distance());
+        check = text;
+      }
+      const double us = time([&] { KDA_CUDA_CHECK(launch(c.params, Launch{stream, false})); });
+      add(s, m.name, m.tile_rows, us, c.bytes, library_us, check, m.exact, m.probe);
+    }
+    return c;
+  }
+};
+
+std::vector<Shape> chain_shapes() {
+  std::vector<Shape> out;
+  for (DType state : {DType::f32, DType::bf16})
+    for (int32_t hv : {16, 32})
+      for (int32_t t : {2, 4, 8})
+        for (int32_t b : {1, 8, 32, 128}) out.push_back(Shape{"chain", Mode::fused_accept, hv, t, b, state});
+  return out;
+}
+
+std::vector<Shape> mode_shapes() {
+  std::vector<Shape> out;
+  for (int32_t hv : {16, 32})
+    for (int32_t b : {1, 64})
+      for (Mode m : {Mode::two_phase, Mode::fused_accept, Mode::replay}) out.push_back(Shape{"modes", m, hv, 4, b});
+  return out;
+}
+
+// ---- the report ----------------------------------------------------------------------------------------
+
+std::string shape_key(const Shape& s) {
+  return s.section + "/" + to_string(s.mode) + "/" + std::to_string(s.value_heads) + "/" + std::to_string(s.tokens) +
+         "/" + std::to_string(s.batch) + "/" + to_string(s.state);
+}
+
+void write_csv(const Sweep& sw, const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) throw Error("bench_verify_sweep: cannot write " + path);
+  std::fprintf(f, "section,mode,value_heads,tokens,batch,state,member,tile_rows,us,gbps,copy_gbps,fraction_of_copy,"
+                  "library_us,speedup_vs_library,check\n");
+  for (const Row& r : sw.rows)
+    std::fprintf(f, "%s,%s,%d,%d,%d,%s,%s,%d,%.3f,%.1f,%.1f,%.3f,%.3f,%.3f,%s\n", r.shape.section.c_str(),
+                 to_string(r.shape.mode), r.shape.value_heads, r.shape.tokens, r.shape.batch, to_string(r.shape.state),
+                 r.member.c_str(), r.tile_rows, r.us, r.gbps, sw.copy_gbps, r.gbps / sw.copy_gbps, r.library_us,
+                 r.library_us / r.us, r.check.c_str());
+  std::fclose(f);
+}
+
+// The rows of one shape, in run order.
+std::vector<const Row*> rows_of(const Sweep& sw, const Shape& s) {
+  std::vector<const Row*> out;
+  for (const Row& r : sw.rows)
+    if (shape_key(r.shape) == shape_key(s)) out.push_back(&r);
+  return out;
+}
+
+const Row* find(const std::vector<const Row*>& rs, const std::string& member) {
+  for (const Row* r : rs)
+    if (r->member == member) return r;
+  return nullptr;
+}
+
+// The fastest row that computes the verify (no probe; a member with the library's formula only if it
+// gave the library's bits).
+const Row* fastest(const std::vector<const Row*>& rs) {
+  const Row* best = nullptr;
+  for (const Row* r : rs)
+    if (!r->probe && (r->check == "library" || r->check == "bitwise" || r->check.rfind("err", 0) == 0) &&
+        (best == nullptr || r->us < best->us))
+      best = r;
+  return best;
+}
+
+std::string report(const Sweep& sw, const std::vector<Shape>& chains, const std::vector<Shape>& modes,
+                   const std::vector<Shape>& convs, const std::vector<Shape>& trees, const std::string& device) {
+  std::string md;
+  char line[512];
+  auto add = [&](const char* fmt, auto... args) {
+    std::snprintf(line, sizeof line, fmt, args...);
+    md += line;
+  };
+  add("# bench_verify_sweep: %s; cudaMemcpy D2D (read + write) %.0f GB/s; cold medians of %d runs (us)\n\n",
+      device.c_str(), sw.copy_gbps, sw.runs);
+  add("K = V = 128, H = HV, bf16 io, gate, beta logit and L2 norm in the kernel; each layer's parameters as a round's "
+      "verify gets them in a graph. `check`: a member with the library's formula gave the library's bits "
+      "(outputs and storage) or not; OutputFormula::post_state members: outputs' relative distance from the "
+      "library's.\n\n");
+  add("## Chains, fused accept: the library and the fastest member\n\n");
+  add("| HV | T | batch | state | library us | %% copy | fastest | us | %% copy | library / fastest | narrow prologue us | "
+      "narrow stores us | wide prologue us | wide stores us |\n|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|"
+      "---:|---:|\n");
+  const std::string narrow = "rows16-lanes32-R4-w4-b4", wide = "rows64-lanes16-R4-w8-b2";
+  for (const Shape& s : chains) {
+    const auto rs = rows_of(sw, s);
+    const Row* lib = find(rs, "library");
+    const Row* best = fastest(rs);
+    if (lib == nullptr || best == nullptr) continue;
+    // Prologue: the prologue probe's time; stores: the full member's time less the no-stores probe's.
+    auto split = [&](const std::string& base, bool stores) {
+      const Row* full = find(rs, base);
+      const Row* probe = find(rs, base + (stores ? "-nostores" : "-prologue"));
+      if (full == nullptr || probe == nullptr) return std::string("-");
+      std::snprintf(line, sizeof line, "%.1f", stores ? full->us - probe->us : probe->us);
+      return std::string(line);
+    };
+    add("| %d | %d | %d | %s | %.1f | %.0f%% | %s | %.1f | %.0f%% | %.2f | %s | %s | %s | %s |\n", s.value_heads,
+        s.tokens, s.batch, to_string(s.state), lib->us, 100 * lib->gbps / sw.copy_gbps, best->member.c_str(), best->us,
+        100 * best->gbps / sw.copy_gbps, lib->us / best->us, split(narrow, false).c_str(), split(narrow, true).c_str(),
+        split(wide, false).c_str(), split(wide, true).c_str());
+  }
+
+  add("\n## Each member against the library over the chain grid (geometric mean of library / member)\n\n");
+  add("| member | batch 1 | batch 8 | batch 32 | batch 128 | all | check |\n|---|---:|---:|---:|---:|---:|---|\n");
+  std::vector<std::string> names;
+  for (const SweepMember& m : sw.members)
+    if (!m.conv) names.push_back(m.name);
+  for (const std::string& name : names) {
+    std::map<int32_t, std::pair<double, int>> by_batch;
+    double all = 0;
+    int n = 0, bad = 0;
+    for (const Row& r : sw.rows) {
+      if (r.shape.section != "chain" || r.member != name) continue;
+      const double x = std::log(r.library_us / r.us);
+      by_batch[r.shape.batch].first += x;
+      ++by_batch[r.shape.batch].second;
+      all += x;
+      ++n;
+      bad += r.check.rfind("DIFFERS", 0) == 0;
+    }
+    if (n == 0) continue;
+    auto mean = [&](int32_t b) {
+      const auto it = by_batch.find(b);
+      if (it == by_batch.end()) return std::string("-");
+      std::snprintf(line, sizeof line, "%.2f", std::exp(it->second.first / it->second.second));
+      return std::string(line);
+    };
+    add("| %s | %s | %s | %s | %s | %.2f | %s |\n", name.c_str(), mean(1).c_str(), mean(8).c_str(), mean(32).c_str(),
+        mean(128).c_str(), std::exp(all / n), bad > 0 ? "DIFFERS on some shapes" : "ok");
+  }
+
+  add("\n## Modes at T = 4, fp32 state (replay replays a = 1..4 cached tokens first)\n\n");
+  add("| HV | batch | mode | library us | %% copy | fastest | us | replay / fused-accept, library |\n"
+      "|---:|---:|---|---:|---:|---|---:|---:|\n");
+  for (const Shape& s : modes) {
+    const auto rs = rows_of(sw, s);
+    const Row* lib = find(rs, "library");
+    const Row* best = fastest(rs);
+    if (lib == nullptr || best == nullptr) continue;
+    std::string ratio = "-";
+    if (s.mode == Mode::replay) {
+      Shape f = s;
+      f.mode = Mode::fused_accept;
+      if (const Row* fl = find(rows_of(sw, f), "library")) {
+        std::snprintf(line, sizeof line, "%.2f (aim, whole round: >= 1.8 at batch 64)", fl->us / lib->us);
+        ratio = line;
+      }
+    }
+    add("| %d | %d | %s | %.1f | %.0f%% | %s | %.1f | %s |\n", s.value_heads, s.batch, to_string(s.mode), lib->us,
+        100 * lib->gbps / sw.copy_gbps, best->member.c_str(), best->us, ratio.c_str());
+  }
+
+  add("\n## The short conv fused in (HV 16, C = 6144, W 4, fp32 state): one kernel against two launches\n\n");
+  add("| T | batch | unfused us | library fused us | fused / unfused (aim <= 0.85) | fastest | us |\n"
+      "|---:|---:|---:|---:|---:|---|---:|\n");
+  for (const Shape& s : convs) {
+    const auto rs = rows_of(sw, s);
+    const Row *lib = find(rs, "library"), *unfused = find(rs, "unfused"), *best = fastest(rs);
+    if (lib == nullptr || unfused == nullptr || best == nullptr) continue;
+    add("| %d | %d | %.1f | %.1f | %.2f | %s | %.1f |\n", s.tokens, s.batch, unfused->us, lib->us, lib->us / unfused->us,
+        best->member.c_str(), best->us);
+  }
+
+  add("\n## Top-%d token trees against chains (T 8, HV 16, fp32 state), the library's kernels\n\n", kTreeTopK);
+  add("| batch | chain us | tree us | tree / chain (aim <= 1.2) |\n|---:|---:|---:|---:|\n");
+  for (const Shape& s : trees) {
+    const auto rs = rows_of(sw, s);
+    const Row *tree = find(rs, "library"), *chain = find(rs, "chain");
+    if (tree == nullptr || chain == nullptr) continue;
+    add("| %d | %.1f | %.1f | %.2f |\n", s.batch, chain->us, tree->us, tree->us / chain->us);
+  }
+  add("\n%d member run(s) with the library's formula gave other bits than the library%s\n", sw.mismatches,
+      sw.mismatches > 0 ? ": a bug, fix it before reading the times" : "");
+  return md;
+}
+
+int run(int argc, char** argv) {
+  std::string csv_path, md_path;
+  int runs = 20;
+  bool list = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--csv" && i + 1 < argc) csv_path = argv[++i];
+    else if (a == "--md" && i + 1 < argc) md_path = argv[++i];
+    else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--list") list = true;
+    else {
+      const bool help = a == "--help";  // after the arguments before it parsed: gpu_check.sh's dry run uses it
+      std::fprintf(help ? stdout : stderr, "usage: %s [--runs N] [--csv FILE] [--md FILE] [--list] [--help]\n", argv[0]);
+      return help ? 0 : 2;
+    }
+  }
+  const std::vector<SweepMember> members = profiling::sweep_members();
+  if (list) {
+    for (const SweepMember& m : members)
+      std::printf("%s %s (%d rows a block, %d threads)%s\n", m.conv ? "conv " : "chain", m.name.c_str(), m.tile_rows,
+                  m.threads, m.exact ? ", the library's formula" : m.probe ? ", a probe" : "");
+    return 0;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "bench_verify_sweep: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  KDA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const detail::StreamHandle stream = detail::StreamHandle::create(Backend::cuda);
+  const Buffer flush = profiling::device_zeros(std::max<size_t>(size_t(prop.l2CacheSize) * 4, size_t(256) << 20));
+  Sweep sw{stream.cuda(), runs, profiling::copy_bandwidth_gbps(stream.cuda(), runs), flush, members, {}, 0};
+  char device[320];
+  std::snprintf(device, sizeof device, "%s, %d SMs, L2 %d MiB", prop.name, prop.multiProcessorCount,
+                prop.l2CacheSize >> 20);
+  std::printf("device: %s; copy %.0f GB/s; %zu members\n", device, sw.copy_gbps, members.size());
+
+  const std::vector<Shape> chains = chain_shapes(), modes = mode_shapes();
+  std::vector<Shape> convs, trees;
+  for (int32_t t : {2, 4})
+    for (int32_t b : {1, 8}) {
+      Shape s{"conv", Mode::fused_accept, 16, t, b};
+      s.conv = true;
+      convs.push_back(s);
+    }
+  for (int32_t b : {1, 16}) {
+    Shape s{"tree", Mode::fused_accept, 16, 8, b};
+    s.tree = true;
+    trees.push_back(s);
+  }
+  std::unique_ptr<Case> held;
+  for (const Shape& s : chains) sw.run_shape(s, held);
+  for (const Shape& s : modes) sw.run_shape(s, held);
+  for (const Shape& s : convs) {
+    Case& c = sw.run_shape(s, held);
+    // The conv and the verify as two launches, through the Verifier as an engine without fusion runs them.
+    Verifier& v = *c.verifier;
+    const Stream st{Backend::cuda, sw.stream};
+    LayerInputs unfused_in = c.in;
+    unfused_in.q = c.conv_q.as();
+    unfused_in.k = c.conv_k.as();
+    unfused_in.v = c.conv_v.as();
+    const double us = sw.time([&] {
+      v.enqueue_conv(st, 0, c.conv_in, s.batch);
+      v.enqueue_verify(st, 0, unfused_in, s.batch);
+    });
+    sw.add(s, "unfused", 0, us, c.bytes, sw.rows.back().library_us, "-", false, false);
+  }
+  for (const Shape& s : trees) {
+    Case& c = sw.run_shape(s, held);
+    VerifyParams chain = c.params;  // the same rows as chains: the tokens in a line
+    chain.parent = nullptr;
+    const double us = sw.time([&] { KDA_CUDA_CHECK(launch_verify(chain, Launch{sw.stream, false})); });
+    sw.add(s, "chain", 0, us, c.bytes, us, "-", false, false);
+  }
+  held.reset();
+
+  const std::string md = report(sw, chains, modes, convs, trees, device);
+  std::printf("\n%s", md.c_str());
+  if (!csv_path.empty()) write_csv(sw, csv_path);
+  if (!md_path.empty()) {
+    FILE* f = std::fopen(md_path.c_str(), "w");
+    if (f == nullptr) throw Error("bench_verify_sweep: cannot write " + md_path);
+    std::fputs(md.c_str(), f);
+    std::fclose(f);
+  }
+  return sw.mismatches > 0 ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace kdagraph
+
+int main(int argc, char** argv) {
+  try {
+    return kdagraph::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_verify_sweep: %s\n", e.what());
+    return 1;
+  }
+}

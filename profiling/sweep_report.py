@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Issue 31's aims, judged on one GPU check's run: the verify sweep (bench_verify_sweep --csv) beside
+flash-linear-attention's Triton verify (fla_peer.py --csv) on the same shapes.
+
+    sweep_report.py --sweep verify_sweep.csv [--fla fla_peer.csv] [--md FILE] [--dry-run]
+
+Per shape of the fp32-state chain grid (fused accept): the library's verify and the sweep's fastest
+member (one that computes the verify: a member with the library's formula only if it gave the library's
+bits), each against FLA. Two harnesses time the library: the sweep (CUDA events around one launch,
+bench_verify_sweep.cu) and fla_peer (CUDA-graph replays from Python, beside FLA's own); the speedup
+judged for the library is fla_peer's, same harness on both sides; the fastest member's is the sweep's
+time against fla_peer's FLA time, and says so. Then the kernel-level ratios of the sweep: verify
+bandwidth at batch >= 32, HV 32, T 4 against the copy bandwidth of the same run; replay against fused
+accept at batch 64, T 4; the conv fused in against two launches at batch 1 and 8; top-4 trees against
+chains at T 8. The whole-round aims (L = 20 rounds at batch 1; replay's round) are round_bench's.
+Exit status: 0 the report was written (aims missed are results, not errors); 1 an input is missing or
+malformed.
+"""
+import argparse
+import csv
+import math
+import os
+import sys
+
+AIM_FLA = 1.3        # kdagraph / FLA, every shape
+AIM_COPY = 0.85      # verify bandwidth at batch >= 32, HV 32, T 4, against the copy of the same run
+AIM_REPLAY = 1.8     # replay / fused accept, batch 64, T 4 (issue 31 judges the whole round)
+AIM_CONV = 0.85      # fused conv + verify / the two launches, batch 1 to 8
+AIM_TREE = 1.2       # top-4 tree / chain, T 8
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def exact_or_formula(row):
+    check = row["check"]
+    return check in ("library", "bitwise") or check.startswith("err")
+
+
+def fastest(rows):
+    ok = [r for r in rows if exact_or_formula(r)]
+    return min(ok, key=lambda r: float(r["us"])) if ok else None
+
+
+def verdict(ok):
+    return "met" if ok else "miss"
+
+
+def by_shape(sweep, section, **match):
+    out = {}
+    for r in sweep:
+        if r["section"] != section or any(r[k] != str(v) for k, v in match.items()):
+            continue
+        out.setdefault((int(r["value_heads"]), int(r["tokens"]), int(r["batch"]), r["mode"], r["state"]), []).append(r)
+    return out
+
+
+def member(rows, name):
+    return next((r for r in rows if r["member"] == name), None)
+
+
+def report(sweep, fla):
+    lines = ["## Issue 31's aims on this run", ""]
+    aims = []
+    chains = by_shape(sweep, "chain", state="f32")
+    if fla is not None:
+        peer = {(int(r["value_heads"]), int(r["tokens"]), int(r["batch"])): r for r in fla}
+        lines += ["Chains, fp32 state, fused accept, cold medians (us). Library / FLA: fla_peer's two times (one harness); "
+                  "fastest / FLA: the sweep's fastest member against fla_peer's FLA time (two harnesses).", "",
+                  "| HV | T | batch | FLA | library (fla_peer) | library / FLA | library (sweep) | fastest member | us | "
+                  "fastest / FLA |", "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+        worst_lib = worst_best = math.inf
+        for (hv, t, b, _, _), rows in sorted(chains.items()):
+            p = peer.get((hv, t, b))
+            lib, best = member(rows, "library"), fastest(rows)
+            if p is None or lib is None or best is None:
+                continue
+            fla_us, kd_us = float(p["fla_cold_us"]), float(p["kdagraph_cold_us"])
+            lib_speedup, best_speedup = fla_us / kd_us, fla_us / float(best["us"])
+            worst_lib, worst_best = min(worst_lib, lib_speedup), min(worst_best, best_speedup)
+            lines.append(f"| {hv} | {t} | {b} | {fla_us:.1f} | {kd_us:.1f} | {lib_speedup:.2f} | {float(lib['us']):.1f} | "
+                         f"{best['member']} | {float(best['us']):.1f} | {best_speedup:.2f} |")
+        if math.isfinite(worst_lib):
+            aims.append((f"kdagraph / FLA, every shape (>= {AIM_FLA}x)",
+                         f"library {worst_lib:.2f}x, fastest member {worst_best:.2f}x at worst", worst_lib >= AIM_FLA))
+        lines.append("")
+    else:
+        lines += ["No fla_peer.csv: the FLA comparison waits for a run with the fla-core wheel.", ""]
+
+    bandwidth = [(rows, b) for (hv, t, b, _, _), rows in chains.items() if hv == 32 and t == 4 and b >= 32]
+    if bandwidth:
+        fractions = [float(member(rows, "library")["fraction_of_copy"]) for rows, _ in bandwidth if member(rows, "library")]
+        best = [float(fastest(rows)["fraction_of_copy"]) for rows, _ in bandwidth if fastest(rows)]
+        aims.append((f"verify bandwidth, batch >= 32, HV 32, T 4 (>= {AIM_COPY:.0%} of copy)",
+                     f"library {min(fractions):.0%}, fastest {min(best):.0%} at worst", min(fractions) >= AIM_COPY))
+    modes = by_shape(sweep, "modes", tokens=4, batch=64, state="f32")
+    for hv in (16, 32):
+        replay, fused = modes.get((hv, 4, 64, "replay", "f32")), modes.get((hv, 4, 64, "fused-accept", "f32"))
+        if replay and fused and member(replay, "library") and member(fused, "library"):
+            ratio = float(member(fused, "library")["us"]) / float(member(replay, "library")["us"])
+            aims.append((f"replay / fused accept, batch 64, T 4, HV {hv}, one layer (>= {AIM_REPLAY}x; the aim is the round's)",
+                         f"{ratio:.2f}x", ratio >= AIM_REPLAY))
+    for key, rows in sorted(by_shape(sweep, "conv").items()):
+        lib, unfused = member(rows, "library"), member(rows, "unfused")
+        if lib and unfused:
+            ratio = float(lib["us"]) / float(unfused["us"])
+            aims.append((f"fused conv / unfused, one layer, T {key[1]}, batch {key[2]} (<= {AIM_CONV})", f"{ratio:.2f}",
+                         ratio <= AIM_CONV))
+    for key, rows in sorted(by_shape(sweep, "tree").items()):
+        tree, chain = member(rows, "library"), member(rows, "chain")
+        if tree and chain:
+            ratio = float(tree["us"]) / float(chain["us"])
+            aims.append((f"top-4 tree / chain, one layer, T 8, batch {key[2]} (<= {AIM_TREE})", f"{ratio:.2f}",
+                         ratio <= AIM_TREE))
+    lines += ["| aim | measured | verdict |", "|---|---|---|"]
+    lines += [f"| {name} | {value} | {verdict(ok)} |" for name, value, ok in aims]
+    lines += ["", f"{sum(not ok for _, _, ok in aims)} of {len(aims)} aims missed; the L = 20 round aims are round_bench's."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sweep", required=True, help="bench_verify_sweep --csv")
+    ap.add_argument("--fla", help="fla_peer.py --csv")
+    ap.add_argument("--md", help="write the report here too")
+    ap.add_argument("--dry-run", action="store_true", help="check the arguments only (gpu_check.sh's dry run)")
+    args = ap.parse_args(argv)
+    if args.dry_run:
+        return 0
+    if not os.path.isfile(args.sweep):
+        print(f"sweep_report: no sweep results at {args.sweep} (did the verify_sweep stage run?)")
+        return 1
+    fla = read(args.fla) if args.fla and os.path.isfile(args.fla) else None
+    text = report(read(args.sweep), fla)
+    print(text)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

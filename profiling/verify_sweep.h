@@ -1,0 +1,55 @@
+// The members of the verify kernel family the sweep times (bench_verify_sweep.cu), each with its
+// launchers for bf16 inputs and fp32 or bf16 state (the sweep's dtypes): compiled in kSweepParts units
+// (profiling/verify_sweep_part.cu) so a build compiles them side by side. The list itself is
+// profiling/verify_variants.cuh [TAG_VERIFY_VARIANTS].
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kernels/launch.h"
+#include "kernels/verify.h"
+
+namespace kdagraph::profiling {
+
+using SweepLauncher = cudaError_t (*)(const VerifyParams&, Launch);
+
+struct SweepMember {
+  std::string name;
+  bool conv = false;     // from the fused conv's list (the conv is fused in), else a chain
+  bool exact = false;    // the library's formula and no probe: its bits are the library's
+  bool probe = false;    // a probe: leaves work out, its results are not the verify's
+  int tile_rows = 0, threads = 0;
+  SweepLauncher f32_state = nullptr, bf16_state = nullptr;  // bf16 inputs and outputs
+};
+
+inline constexpr int kSweepParts = 4;
+
+// Appends part kPart's members (every kSweepParts-th of each list, from kPart on).
+template <int kPart>
+void add_sweep_members(std::vector<SweepMember>& out);
+template <>
+void add_sweep_members<0>(std::vector<SweepMember>& out);
+template <>
+void add_sweep_members<1>(std::vector<SweepMember>& out);
+template <>
+void add_sweep_members<2>(std::vector<SweepMember>& out);
+template <>
+void add_sweep_members<3>(std::vector<SweepMember>& out);
+
+// Every member: chains, then the conv's, each by rows and threads a block.
+inline std::vector<SweepMember> sweep_members() {
+  std::vector<SweepMember> all;
+  add_sweep_members<0>(all);
+  add_sweep_members<1>(all);
+  add_sweep_members<2>(all);
+  add_sweep_members<3>(all);
+  static_assert(kSweepParts == 4, "one call a part");
+  std::stable_sort(all.begin(), all.end(), [](const SweepMember& a, const SweepMember& b) {
+    return a.conv != b.conv ? b.conv : a.tile_rows != b.tile_rows ? a.tile_rows < b.tile_rows : a.threads < b.threads;
+  });
+  return all;
+}
+
+}  // namespace kdagraph::profiling

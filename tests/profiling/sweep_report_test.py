@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""profiling/sweep_report.py on made-up sweep and fla_peer tables: each aim is judged from the rows it
+names, a member that gave other bits than the library is never the fastest, and a run without FLA's
+table still reports the sweep's own aims. Exit 0: passed, 1: failed."""
+import csv
+import io
+import os
+import sys
+import tempfile
+from contextlib import redirect_stdout
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "profiling"))
+import sweep_report  # noqa: E402
+
+SWEEP_COLUMNS = ["section", "mode", "value_heads", "tokens", "batch", "state", "member", "tile_rows", "us", "gbps",
+                 "copy_gbps", "fraction_of_copy", "library_us", "speedup_vs_library", "check"]
+FLA_COLUMNS = ["value_heads", "tokens", "batch", "kdagraph_cold_us", "fla_cold_us"]
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+
+
+def row(section, member, us, check_="bitwise", mode="fused-accept", hv=32, t=4, b=32, fraction=0.5):
+    return {"section": section, "mode": mode, "value_heads": hv, "tokens": t, "batch": b, "state": "f32", "member": member,
+            "tile_rows": 16, "us": us, "gbps": 0, "copy_gbps": 4000, "fraction_of_copy": fraction, "library_us": 0,
+            "speedup_vs_library": 0, "check": check_}
+
+
+def write(path, columns, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, 0) for c in columns})
+
+
+def run(sweep_rows, fla_rows):
+    d = tempfile.mkdtemp(prefix="sweep_report_")
+    write(os.path.join(d, "s.csv"), SWEEP_COLUMNS, sweep_rows)
+    args = ["--sweep", os.path.join(d, "s.csv"), "--md", os.path.join(d, "r.md")]
+    if fla_rows is not None:
+        write(os.path.join(d, "f.csv"), FLA_COLUMNS, fla_rows)
+        args += ["--fla", os.path.join(d, "f.csv")]
+    with redirect_stdout(io.StringIO()):
+        rc = sweep_report.main(args)
+    check(rc == 0, f"exit {rc}")
+    return open(os.path.join(d, "r.md")).read()
+
+
+def aim_line(text, start):
+    return next((line for line in text.splitlines() if line.startswith("| " + start)), "")
+
+
+sweep = [
+    # batch 32: the library at 90% of copy, a faster member that gave other bits, a slower exact one.
+    row("chain", "library", 100.0, "library", fraction=0.90),
+    row("chain", "rows64-broken", 50.0, "DIFFERS (3 words)", fraction=1.8),
+    row("chain", "rows64-lanes16-R4-w8-b2", 80.0, fraction=1.1),
+    # batch 128: the library at 80% of copy.
+    row("chain", "library", 400.0, "library", b=128, fraction=0.80),
+    row("chain", "rows16-lanes32-R4-w4-b4-post", 300.0, "err 1.0e-03", b=128, fraction=1.07),
+    row("modes", "library", 100.0, "library", mode="fused-accept", b=64, hv=16),
+    row("modes", "library", 50.0, "library", mode="replay", b=64, hv=16),
+    row("conv", "library", 9.0, "library", mode="fused-accept", hv=16, t=2, b=1),
+    row("conv", "unfused", 10.0, "-", mode="fused-accept", hv=16, t=2, b=1),
+    row("tree", "library", 11.0, "library", hv=16, t=8, b=1),
+    row("tree", "chain", 10.0, "-", hv=16, t=8, b=1),
+]
+fla = [{"value_heads": 32, "tokens": 4, "batch": 32, "kdagraph_cold_us": 100.0, "fla_cold_us": 140.0},
+       {"value_heads": 32, "tokens": 4, "batch": 128, "kdagraph_cold_us": 400.0, "fla_cold_us": 480.0}]
+text = run(sweep, fla)
+check("| 32 | 4 | 32 | 140.0 | 100.0 | 1.40 | 100.0 | rows64-lanes16-R4-w8-b2 | 80.0 | 1.75 |" in text,
+      "batch 32: the exact member at 80 us is the fastest, not the one that differs:\n" + text)
+check("rows16-lanes32-R4-w4-b4-post | 300.0 | 1.60 |" in text, "batch 128: a post_state member counts:\n" + text)
+check(aim_line(text, "kdagraph / FLA").endswith("| miss |") and "library 1.20x" in aim_line(text, "kdagraph / FLA"),
+      "480 / 400 = 1.2 misses 1.3:\n" + text)
+check("library 80%" in aim_line(text, "verify bandwidth") and aim_line(text, "verify bandwidth").endswith("| miss |"),
+      "the worst library fraction is batch 128's 80%:\n" + text)
+check("2.00x" in aim_line(text, "replay / fused accept") and aim_line(text, "replay / fused accept").endswith("| met |"),
+      "replay at 50 us against fused at 100 us:\n" + text)
+check("0.90" in aim_line(text, "fused conv") and aim_line(text, "fused conv").endswith("| miss |"), "9 / 10 > 0.85:\n" + text)
+check("1.10" in aim_line(text, "top-4 tree") and aim_line(text, "top-4 tree").endswith("| met |"), "11 / 10 <= 1.2:\n" + text)
+check("3 of 5 aims missed" in text, "five aims, three missed:\n" + text)
+
+without_fla = run(sweep, None)
+check("No fla_peer.csv" in without_fla and aim_line(without_fla, "kdagraph / FLA") == "",
+      "no FLA aim without FLA's table:\n" + without_fla)
+check(aim_line(without_fla, "verify bandwidth") != "", "the sweep's aims stand without FLA:\n" + without_fla)
+
+for f in failures:
+    print("FAILED:", f)
+print("sweep_report_test:", "failed" if failures else "passed")
+sys.exit(1 if failures else 0)
