@@ -8,9 +8,9 @@ namespace kdagraph::test {
 namespace {
 
 #if defined(KDAGRAPH_SIMT)
-// The executor runs a kernel's threads one after another, over a second per round of the GPU's run at
-// K = 128. Cut to keep a case to seconds: 4 rounds of up to 4 rows in 2 layers, a materialize after
-// every second round. The shapes are the GPU's; the CPU backend runs the GPU's whole run.
+// The executor runs a kernel's threads one after another: about 3 s per round of the GPU's run at
+// K = 128. Cut to keep a case to a few seconds: 4 rounds of up to 4 rows in 2 layers, a materialize
+// after every second round. The shapes are the GPU's; the CPU backend runs the GPU's whole run.
 constexpr ModesRun kRun{4, 2, 4, 2};
 #else
 constexpr ModesRun kRun = kModesRun;
