@@ -131,6 +131,7 @@ void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler)
     char where[64];  // names the layer, with no allocation on a round's path
     std::snprintf(where, sizeof where, "GraphRunner: hooks.layer_inputs(%d)", int(l));
     detail::validate_layer_inputs(where, layer_inputs_[size_t(l)] = hooks_.layer_inputs(l), spec, !fused);
+    verifier_.check_gates(l, layer_inputs_[size_t(l)]);
     if (!hooks_.conv_inputs) continue;
     std::snprintf(where, sizeof where, "GraphRunner: hooks.conv_inputs(%d)", int(l));
     detail::validate_conv_inputs(where, conv_inputs_[size_t(l)] = hooks_.conv_inputs(l), spec.conv.channels,

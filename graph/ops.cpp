@@ -366,7 +366,8 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
   const StateCopyParams p = detail::copy_params(spec, storage, count, slots, nullptr);
   if (replay) {
     // The pending prefix is applied by the verify kernel itself, with no new tokens: the same code and
-    // order as the next verify would replay it with.
+    // order as the next verify would replay it with. Its gate parameters must be those it was verified
+    // with; nothing here remembers them (the Verifier checks, Verifier::check_gates).
     for (int32_t l = 0; l < spec.model.layers; ++l) {
       VerifyParams v = detail::layer_params(spec, storage, count, l);
       v.tokens = 0;

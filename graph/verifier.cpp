@@ -4,6 +4,7 @@
 #include "kdagraph/verifier.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -46,6 +47,15 @@ struct Verifier::Impl {
   int64_t conv_state_stride = 0;     // elements per conv state row
   std::vector<GateParams> gates;     // each layer's, as its last verify named them (replay materialize)
   bool gates_known = false;
+  // Replay with the gate in the kernel: when `gates` must stay where they are (Verifier::check_gates).
+  // may_pend[slot]: the slot may hold a prefix verified with them, from any verify until a materialize
+  // lists the slot or a prefill refills it (accept lengths are device data); `pending` counts them.
+  // in_use[layer]: the layer was verified since no slot was pending. gates_captured: a captured graph,
+  // which may replay at any time unseen, holds them.
+  bool replays_gates = false;
+  std::vector<uint8_t> may_pend, in_use;
+  int32_t pending = 0;
+  bool gates_captured = false;
   Buffer index_storage;  // RoundIndices at max_rows
   Buffer batch_storage;  // n_real, slots, accepted, materialize list
   SlotStorage storage;
@@ -97,6 +107,9 @@ struct Verifier::Impl {
     }
     if (c.conv.width > 0) allocate_conv();
     gates.resize(size_t(c.model.layers));
+    replays_gates = policy.token_cache && c.options.gate != GateMode::precomputed;
+    may_pend.assign(size_t(c.pool.slots), 0);
+    in_use.assign(size_t(c.model.layers), 0);
 
     const size_t N = size_t(c.max_rows), P = size_t(c.pool.slots);
     index_storage = Buffer(b, size_t(round_index_elems(c.max_rows, c.tokens)) * sizeof(int32_t));
@@ -165,10 +178,46 @@ struct Verifier::Impl {
     return conv_state.as<char>() + size_t(row) * dtype_size(cfg.io_dtype);
   }
 
-  // Replay's materialize uses the gate parameters each layer's last verify was given.
-  void remember_gates(int32_t layer, const LayerInputs& in) {
+  // Replay's materialize uses the gate parameters each layer's last verify was given; with the gate in
+  // the kernel, every slot may now hold a prefix verified with them.
+  void remember_gates(const Stream& s, int32_t layer, const LayerInputs& in) {
     gates[size_t(layer)] = GateParams{in.A_log, in.dt_bias};
     gates_known = gates_known || layer == cfg.model.layers - 1;
+    if (!replays_gates) return;
+    if (pending < cfg.pool.slots) {
+      std::fill(may_pend.begin(), may_pend.end(), uint8_t(1));
+      pending = cfg.pool.slots;
+    }
+    in_use[size_t(layer)] = 1;
+    gates_captured = gates_captured || detail::is_capturing(s);
+  }
+
+  // A materialize or a prefill of `slot` leaves it no pending prefix; with none left, no layer's gate
+  // parameters are in use.
+  void settle(int32_t slot) {
+    if (may_pend[size_t(slot)] == 0) return;
+    may_pend[size_t(slot)] = 0;
+    if (--pending == 0) std::fill(in_use.begin(), in_use.end(), uint8_t(0));
+  }
+
+  // Verifier::check_gates, for the entry point `where`.
+  void check_gates(const char* where, int32_t layer, const LayerInputs& in) const {
+    if (!replays_gates) return;
+    require_in_range(where, "layer", layer, 0, cfg.model.layers - 1);
+    const GateParams& was = gates[size_t(layer)];
+    if (was.A_log == nullptr || !(in_use[size_t(layer)] || gates_captured)) return;  // no prefix pends on them
+    auto same = [&](const char* name, const float* now, const float* then) {
+      require(now == then, where, name, [&] {
+        return "= " + std::to_string(reinterpret_cast<uintptr_t>(now)) + " for layer " + std::to_string(layer) +
+               " differs from " + std::to_string(reinterpret_cast<uintptr_t>(then)) + ", the " + name +
+               " a pending replay prefix of that layer was verified with: gate parameters are the layer's "
+               "weights and must not change between rounds (" +
+               (gates_captured ? "a captured graph holds them for the Verifier's life)"
+                               : "to move them, materialize or prefill every slot first)");
+      });
+    };
+    same("A_log", in.A_log, was.A_log);
+    same("dt_bias", in.dt_bias, was.dt_bias);
   }
 
   // While a graph is being captured the batch is data, set before each replay; only the capacity
@@ -261,6 +310,7 @@ void Verifier::prefill(const Stream& s, int32_t slot, const void* states, const 
   m.require_not_capturing(where, s);
   m.check_prefill(where, states, conv_window);
   m.enqueue_copy_in(s, slot, states, conv_window);
+  m.settle(slot);
   // The caller's host memory is theirs again on return.
   detail::StreamHandle::view(s).synchronize();
 }
@@ -272,6 +322,7 @@ void Verifier::enqueue_prefill(const Stream& s, int32_t slot, const void* states
   detail::validate_slot(where, slot, m.cfg.pool.slots);
   m.check_prefill(where, states, conv_window);
   m.enqueue_copy_in(s, slot, states, conv_window);
+  m.settle(slot);
 }
 
 void Verifier::read_pool(const Stream& s, int32_t slot, void* states) const {
@@ -337,9 +388,10 @@ void Verifier::enqueue_verify(const Stream& s, int32_t layer, const LayerInputs&
   const char* where = "Verifier::enqueue_verify";
   detail::validate_stream(where, s, m.cfg.backend);
   m.check_rows(where, s, rows);
+  m.check_gates(where, layer, in);
   const BatchView batch = batch_view(rows);  // the index build's: the seed loads before the wait
   ops::verify_layer(s, m.spec, m.storage, m.idx, rows, layer, in, &batch);
-  m.remember_gates(layer, in);
+  m.remember_gates(s, layer, in);
 }
 
 void Verifier::enqueue_conv_verify(const Stream& s, int32_t layer, const ConvLayerInputs& conv, const LayerInputs& in,
@@ -348,9 +400,10 @@ void Verifier::enqueue_conv_verify(const Stream& s, int32_t layer, const ConvLay
   const char* where = "Verifier::enqueue_conv_verify";
   detail::validate_stream(where, s, m.cfg.backend);
   m.check_rows(where, s, rows);
+  m.check_gates(where, layer, in);
   const BatchView batch = batch_view(rows);
   ops::conv_verify_layer(s, m.spec, m.storage, m.idx, rows, layer, conv, in, &batch);
-  m.remember_gates(layer, in);
+  m.remember_gates(s, layer, in);
 }
 
 void Verifier::enqueue_round(const Stream& s, const LayerInputs* layers, int32_t rows) {
@@ -369,6 +422,7 @@ void Verifier::enqueue_round(const Stream& s, const ConvLayerInputs* convs, cons
   for (int32_t l = 0; l < spec.model.layers; ++l) {
     detail::validate_layer_inputs(where, layers[l], spec, !fused);
     if (convs != nullptr) detail::validate_conv_inputs(where, convs[l], spec.conv.channels, spec.io_dtype, fused);
+    impl_->check_gates(where, l, layers[l]);
   }
   detail::cpu_round(s, [&] {
     enqueue_indices(s, rows);
@@ -461,6 +515,11 @@ void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_
   if (mode_policy(m.cfg.mode).token_cache && !m.gates_known) return;
   m.uploader.upload(s, m.materialize_slots, slots, sizeof(int32_t) * size_t(count));
   detail::cpu_round(s, [&] { ops::materialize(s, m.spec, m.storage, m.materialize_slots, count, m.gates.data()); });
+  for (int32_t i = 0; i < count; ++i) m.settle(slots[i]);
+}
+
+void Verifier::check_gates(int32_t layer, const LayerInputs& in) const {
+  impl_->check_gates("Verifier::check_gates", layer, in);
 }
 
 DeviceErrorWord Verifier::device_errors() const {

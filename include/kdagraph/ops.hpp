@@ -128,8 +128,10 @@ struct LayerInputs {
   const void* g = nullptr;         // [rows, T, HV, K] log decay, or raw gate input (gate in kernel)
   const void* beta = nullptr;      // [rows, T, HV]
   void* o = nullptr;               // [rows, T, HV, V]
-  const float* A_log = nullptr;    // [HV], fp32, gate in kernel only
-  const float* dt_bias = nullptr;  // [HV * K], fp32, gate in kernel only
+  // The layer's weights, fp32, gate in kernel only. In replay mode they must not change between rounds
+  // (ops::verify_layer).
+  const float* A_log = nullptr;    // [HV]
+  const float* dt_bias = nullptr;  // [HV * K]
 };
 
 // The batch of a round, in backend memory; the host writes it when the batch changes.
@@ -271,6 +273,11 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
 // slots' accept lengths and their round parities say it is (the index arrays confirm it after the
 // wait). The kernel enqueued just before the verify may then run while the seed loads: it must not
 // write the state, accept_len, round_parity or the batch the verify reads early.
+// Replay with the gate in the kernel: each row first replays its slot's accepted prefix, cached by an
+// earlier round's verify without its gate, with `in`'s A_log and dt_bias. They must be the ones that
+// round was given, the layer's weights: the operations keep nothing between calls and cannot check it
+// (the Verifier does, Verifier::check_gates). The same holds for conv_verify_layer and for
+// materialize's `gates`.
 void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                   int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch = nullptr);
 
@@ -341,9 +348,10 @@ void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, 
 // accept_len a >= 1, pool[slot] = the state after the accepted prefix, in every layer, then
 // accept_len[slot] = 0. Fused-accept copies scratch row slot*S + a - 1; replay applies the a cached
 // tokens to the pool, which needs each layer's gate parameters when the gate is in the kernel: `gates`
-// [L] (host array of backend pointers), else unused. With a conv (fused-accept, replay) the window moves
-// to columns [0, W - 1) (half 0's base) first. round_parity[slot], where kept, is reset to 0 with
-// accept_len. Entries outside [0, P) are skipped and recorded.
+// [L] (host array of backend pointers), those the prefix was verified with (verify_layer); else
+// unused. With a conv (fused-accept, replay) the window moves to columns [0, W - 1) (half 0's base)
+// first. round_parity[slot], where kept, is reset to 0 with accept_len. Entries outside [0, P) are
+// skipped and recorded.
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
                  int32_t count, const GateParams* gates = nullptr);
 

@@ -125,7 +125,8 @@ class Verifier {
   // With a conv: the short convolution of layer `layer` with the indices of the last enqueue_indices,
   // writing the segments of `in` (conv_into_verify_inputs: the q, k and v its verify reads).
   void enqueue_conv(const Stream& s, int32_t layer, const ConvLayerInputs& in, int32_t rows);
-  // Verifies layer `layer` with the indices of the last enqueue_indices.
+  // Verifies layer `layer` with the indices of the last enqueue_indices. In replay mode it first replays
+  // each row's accepted prefix with `in`'s gate parameters (check_gates).
   void enqueue_verify(const Stream& s, int32_t layer, const LayerInputs& in, int32_t rows);
   // With a conv: layer `layer`'s conv and verify in one kernel (ops::conv_verify_layer): `conv` gives x,
   // weight and bias, `in` g, beta, o and the gate parameters; q, k and v are not written.
@@ -156,10 +157,25 @@ class Verifier {
   void enqueue_commit(const Stream& s, int32_t rows);
   // SPEC §3 materialize: for each listed slot with accept_len a >= 1, pool[slot] = its state after the
   // accepted prefix (fused-accept: scratch row a - 1; replay: the a cached tokens applied), every layer,
-  // with a conv its window moved to column 0, then accept_len = 0. `slots` is host memory, validated (in range, no repeats). With the gate in the
-  // kernel, replay uses the A_log and dt_bias each layer's last verify was given: the layer's weights,
-  // which must stay where they are.
+  // with a conv its window moved to column 0, then accept_len = 0. `slots` is host memory, validated (in
+  // range, no repeats). With the gate in the kernel, replay uses the A_log and dt_bias each layer's last
+  // verify was given (check_gates).
   void enqueue_materialize(const Stream& s, const int32_t* slots, int32_t count);
+
+  // Replay mode with the gate in the kernel (SPEC §3): the accepted prefix a verify replays was cached by
+  // an earlier round, without its gate: the verify that replays it applies its own A_log and dt_bias, and
+  // materialize those of each layer's last verify. So they are the layer's weights and must not change
+  // between rounds, neither their values nor where they are. Throws InvalidArgument naming A_log or
+  // dt_bias (with the layer and both addresses) when `in`'s differ from those of layer `layer`'s last
+  // verify while a prefix verified with those may be pending; changes nothing. Accept lengths are device
+  // data, so the rule is conservative: after a verify of the layer every slot may hold one, until a
+  // materialize lists the slot or a prefill refills it (so to move a layer's weights, materialize or
+  // prefill every slot first); and once a round was captured into a graph, which may replay at any time,
+  // they are fixed for the Verifier's life. Only the addresses are compared: values changed in place are
+  // not seen. Every verify entry point (enqueue_verify, enqueue_conv_verify, enqueue_round and the
+  // GraphRunner's rounds and captures) checks each of its layers before it enqueues anything; other
+  // modes, and the precomputed gate, have nothing to check.
+  void check_gates(int32_t layer, const LayerInputs& in) const;
 
   // ---- device-side errors (SPEC §6) ----
   // A plain read of host-mapped memory: it does not wait for the stream. Read it after the work you

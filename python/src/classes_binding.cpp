@@ -388,7 +388,8 @@ void bind_classes(nb::module_& m) {
             nb::gil_scoped_release release;
             v.verifier->enqueue_materialize(st, s.data(), int32_t(s.size()));
           },
-          "slots"_a, "stream"_a.none() = nb::none(), "SPEC §3 materialize of the listed slots (host list).")
+          "slots"_a, "stream"_a.none() = nb::none(), "SPEC §3 materialize of the listed slots (host list); replay with the gate in the kernel applies the "
+          "pending prefixes with the A_log and dt_bias of each layer's last round.")
       .def("device_errors",
            [](const PyVerifier& v) {
              const DeviceErrorWord w = v.verifier->device_errors();
@@ -406,7 +407,11 @@ void bind_classes(nb::module_& m) {
                        "dict per layer of q, k, v, g, beta, o (and A_log [HV], dt_bias [HV * K] or [HV, K] with the gate "
                        "in the kernel), each sized for max_rows; with the Verifier's conv also x [max_rows, T, C], "
                        "weight [C, W] and optionally bias [C] (float32): each layer's conv reads x and writes q, k and v "
-                       "before its verify (SPEC §9). The graphs point at these arrays, so they must stay where they are.")
+                       "before its verify (SPEC §9). The graphs point at these arrays, so they must stay where they are. In replay "
+                       "mode with the gate in the kernel, A_log and dt_bias are the layer's weights, with which each round "
+                       "replays the slots' pending prefixes: a round (or capture) whose gate arrays differ from the verifier's "
+                       "last round's, another runner's say, is refused (InvalidArgument naming A_log or dt_bias) until every "
+                       "slot has been materialized or prefilled, and for good once a graph was captured.")
       .def(
           "__init__",
           [](PyRunner* self, nb::handle verifier, nb::handle inputs, std::optional<std::vector<int32_t>> buckets,

@@ -670,7 +670,10 @@ void bind_ops(nb::module_& m) {
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "layer"_a, "q"_a, "k"_a, "v"_a, "g"_a, "beta"_a, "o"_a,
       "A_log"_a.none() = nb::none(), "dt_bias"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
       "SPEC §1, §3: layer `layer`'s verify of `rows` rows with the indices of the last build_indices. With the gate "
-      "in the kernel, A_log [HV] and dt_bias [HV * K] or [HV, K] (float32) are required; otherwise unused.");
+      "in the kernel, A_log [HV] and dt_bias [HV * K] or [HV, K] (float32) are required; otherwise unused. In replay "
+      "mode each row first replays its slot's accepted prefix with them: they must be those that prefix was verified "
+      "with, the layer's weights, unchanged between rounds (the ops keep nothing between calls and cannot check it; "
+      "Verifier and GraphRunner do).");
   m.def(
       "conv_layer",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, int32_t layer, nb::handle x_,
@@ -733,7 +736,8 @@ void bind_ops(nb::module_& m) {
       "dt_bias"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
       "SPEC §9: conv_layer and verify_layer of layer `layer` in one kernel, bitwise the same outputs and states: x, "
       "weight and bias as conv_layer takes them (x 16-byte aligned), g, beta, o and the gate parameters as "
-      "verify_layer does; q, k and v are neither passed nor written.");
+      "verify_layer does (in replay mode the layer's weights, unchanged between rounds); q, k and v are neither "
+      "passed nor written.");
   m.def(
       "accept",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle accepted_, nb::handle stream) {
@@ -808,7 +812,8 @@ void bind_ops(nb::module_& m) {
       },
       "spec"_a, "storage"_a, nb::kw_only(), "slots"_a, "gates"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
       "SPEC §3 materialize: pool[slot] = the state after the accepted prefix, accept_len = 0, for each listed slot "
-      "(int32, backend memory). Replay with the gate in the kernel needs gates: one (A_log, dt_bias) per layer.");
+      "(int32, backend memory). Replay with the gate in the kernel needs gates: one (A_log, dt_bias) per layer, those "
+      "the pending prefixes were verified with (the ops cannot check it).");
 }
 
 }  // namespace kdagraph::python
