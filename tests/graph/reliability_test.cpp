@@ -20,11 +20,12 @@ namespace {
 
 const Stream kCpu{Backend::cpu, nullptr};
 
+// A round's inputs. `gate` is the layers' weights (A_log, dt_bias): the caller keeps one for all rounds,
+// as an engine does, and replay refuses a gate that moved while a prefix may pend.
 struct Round {
   std::vector<HostInputs> layers;
   std::vector<LayerInputs> views;
-  std::vector<float> gate;
-  Round(const VerifierConfig& c, int32_t rows, uint64_t seed) : gate(gate_params(c)) {
+  Round(const VerifierConfig& c, int32_t rows, uint64_t seed, const std::vector<float>& gate) {
     std::mt19937_64 rng(seed);
     for (int l = 0; l < c.model.layers; ++l) layers.emplace_back(c, rows, rng);
     for (auto& x : layers) views.push_back(x.view(gate));
@@ -49,7 +50,8 @@ TEST(DeviceErrors, CorruptAcceptLengthIsClampedAndRecorded) {
   accept_len[3] = mode == Mode::replay ? c.tokens : c.pool.scratch_steps;  // what the clamp should produce
   detail::copy_to_backend(Backend::cpu, clean.accept_len(), accept_len.data(), 48);
   const std::vector<int32_t> slots = {7, 3};
-  Round a(c, 2, seed), b(c, 2, seed);
+  const std::vector<float> gate = gate_params(c);
+  Round a(c, 2, seed, gate), b(c, 2, seed, gate);
   for (auto [v, r] : {std::pair{&corrupt, &a}, std::pair{&clean, &b}}) {
     v->set_batch(kCpu, slots.data(), 2);
     v->enqueue_round(kCpu, r->views.data(), 2);
@@ -74,7 +76,8 @@ TEST(DeviceErrors, SamplerAcceptLengthOutOfRangeIsClamped) {
   const VerifierConfig c = small_verifier(Backend::cpu, mode);
   Verifier v(c);
   const std::vector<int32_t> slots = {5, 9, 1};
-  Round r(c, 3, fresh_seed());
+  const std::vector<float> gate = gate_params(c);
+  Round r(c, 3, fresh_seed(), gate);
   v.set_batch(kCpu, slots.data(), 3);
   v.enqueue_round(kCpu, r.views.data(), 3);
   const std::vector<int32_t> accepted = {0, 2, 17};  // as a device buffer (CPU backend memory)
@@ -104,8 +107,9 @@ TEST(Isolation, NanAndInfStayInTheirRequest) {
     randomize_storage(dirty, seed);
     const std::vector<int32_t> slots = {2, 6, 10, 0};
     const std::vector<int32_t> accepted = {2, 4, 1, 3};
+    const std::vector<float> gate = gate_params(c);
     for (int round = 0; round < 3; ++round) {
-      Round a(c, 4, seed + uint64_t(round)), b(c, 4, seed + uint64_t(round));
+      Round a(c, 4, seed + uint64_t(round), gate), b(c, 4, seed + uint64_t(round), gate);
       // Row 1 of the dirty run gets NaN and Inf in every kind of input of every layer.
       const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
       for (auto& x : b.layers) {
