@@ -51,16 +51,10 @@ namespace {
 
 using detail::Buffer;
 using profiling::SweepMember;
+using profiling::SweepRow;
+using profiling::SweepShape;
 
-constexpr int32_t kHeadDim = 128, kConvWidth = 4, kTreeTopK = 4;
-
-struct Shape {
-  std::string section;
-  Mode mode = Mode::fused_accept;
-  int32_t value_heads = 16, tokens = 4, batch = 1;
-  DType state = DType::f32;
-  bool conv = false, tree = false;
-};
+constexpr int32_t kHeadDim = 128, kConvWidth = 4;
 
 __global__ void count_differences_kernel(const uint32_t* a, const uint32_t* b, int64_t words,
                                          unsigned long long* count) {
@@ -99,7 +93,7 @@ struct Case {
   Buffer library_o;
   double bytes = 0;  // moved by one verify
 
-  Case(const Shape& s, cudaStream_t stream) {
+  Case(const SweepShape& s, cudaStream_t stream) {
     const int32_t B = s.batch, T = s.tokens, HV = s.value_heads, K = kHeadDim;
     config.backend = Backend::cuda;
     config.model = ModelShape{1, HV, HV, K, K};
@@ -142,7 +136,7 @@ struct Case {
     ver.set_batch(st, slots.data(), B);
     if (s.tree) {
       std::vector<int32_t> parent(size_t(B) * T);
-      for (int32_t i = 0; i < B; ++i) synthetic_tree(7, 0, i, T, kTreeTopK, parent.data() + size_t(i) * T);
+      for (int32_t i = 0; i < B; ++i) synthetic_tree(7, 0, i, T, profiling::kSweepTreeTopK, parent.data() + size_t(i) * T);
       ver.set_tree(st, parent.data(), B);
     }
     ver.enqueue_indices(st, B);
@@ -228,45 +222,32 @@ struct Case {
   }
 };
 
-struct Row {
-  Shape shape;
-  std::string member;  // "library", a member's name, or the conv's "unfused"
-  int tile_rows = 0;
-  double us = 0, gbps = 0, library_us = 0;
-  std::string check;  // "library", "bitwise", "DIFFERS (n words)", "err 1e-3", "probe"
-  bool exact = false, probe = false;
-};
-
 struct Sweep {
   cudaStream_t stream;
-  int runs;
-  double copy_gbps;
   const Buffer& flush;
-  std::vector<SweepMember> members;
-  std::vector<Row> rows;
-  int mismatches = 0;
+  profiling::SweepResults r;
 
-  double time(const std::function<void()>& launch) { return profiling::median_us(stream, runs, &flush, launch); }
+  double time(const std::function<void()>& launch) { return profiling::median_us(stream, r.runs, &flush, launch); }
 
-  void add(const Shape& s, const std::string& member, int tile_rows, double us, double bytes, double library_us,
+  void add(const SweepShape& s, const std::string& member, int tile_rows, double us, double bytes, double library_us,
            std::string check, bool exact, bool probe) {
-    rows.push_back(Row{s, member, tile_rows, us, bytes / (us * 1e3), library_us, std::move(check), exact, probe});
-    const Row& r = rows.back();
+    r.rows.push_back(SweepRow{s, member, tile_rows, us, bytes / (us * 1e3), library_us, std::move(check), exact, probe});
+    const SweepRow& row = r.rows.back();
     std::printf("%-9s %-12s HV=%2d T=%d batch=%3d state=%-4s %-34s %9.1f us %6.0f GB/s (%3.0f%% of copy) x%.2f %s\n",
                 s.section.c_str(), to_string(s.mode), s.value_heads, s.tokens, s.batch, to_string(s.state),
-                member.c_str(), us, r.gbps, 100.0 * r.gbps / copy_gbps, library_us / us, r.check.c_str());
+                member.c_str(), us, row.gbps, 100.0 * row.gbps / r.copy_gbps, library_us / us, row.check.c_str());
     std::fflush(stdout);
   }
 
   // The library's verify at `s`, then every member of its list (chains or conv) for the shape.
-  Case& run_shape(const Shape& s, std::unique_ptr<Case>& held) {
+  Case& run_shape(const SweepShape& s, std::unique_ptr<Case>& held) {
     held = std::make_unique<Case>(s, stream);
     Case& c = *held;
     c.run_library(stream);
     const double library_us = time([&] { KDA_CUDA_CHECK(launch_verify(c.params, Launch{stream, false})); });
     add(s, "library", 0, library_us, c.bytes, library_us, "library", true, false);
     if (s.tree) return c;
-    for (const SweepMember& m : members) {
+    for (const SweepMember& m : r.members) {
       if (m.conv != s.conv) continue;
       const profiling::SweepLauncher launch = s.state == DType::f32 ? m.f32_state : m.bf16_state;
       c.restore(stream);
@@ -276,7 +257,7 @@ struct Sweep {
       if (m.exact) {
         const uint64_t d = c.differences(stream);
         check = d == 0 ? "bitwise" : "DIFFERS (" + std::to_string(d) + " words)";
-        mismatches += d != 0;
+        r.mismatches += d != 0;
       } else if (!m.probe) {
         char text[32];
         std::snprintf(text, sizeof text, "err %.1e", c.output_distance());
@@ -288,180 +269,6 @@ struct Sweep {
     return c;
   }
 };
-
-std::vector<Shape> chain_shapes() {
-  std::vector<Shape> out;
-  for (DType state : {DType::f32, DType::bf16})
-    for (int32_t hv : {16, 32})
-      for (int32_t t : {2, 4, 8})
-        for (int32_t b : {1, 8, 32, 128}) out.push_back(Shape{"chain", Mode::fused_accept, hv, t, b, state});
-  return out;
-}
-
-std::vector<Shape> mode_shapes() {
-  std::vector<Shape> out;
-  for (int32_t hv : {16, 32})
-    for (int32_t b : {1, 64})
-      for (Mode m : {Mode::two_phase, Mode::fused_accept, Mode::replay}) out.push_back(Shape{"modes", m, hv, 4, b});
-  return out;
-}
-
-// ---- the report ----------------------------------------------------------------------------------------
-
-std::string shape_key(const Shape& s) {
-  return s.section + "/" + to_string(s.mode) + "/" + std::to_string(s.value_heads) + "/" + std::to_string(s.tokens) +
-         "/" + std::to_string(s.batch) + "/" + to_string(s.state);
-}
-
-void write_csv(const Sweep& sw, const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) throw Error("bench_verify_sweep: cannot write " + path);
-  std::fprintf(f, "section,mode,value_heads,tokens,batch,state,member,tile_rows,us,gbps,copy_gbps,fraction_of_copy,"
-                  "library_us,speedup_vs_library,check\n");
-  for (const Row& r : sw.rows)
-    std::fprintf(f, "%s,%s,%d,%d,%d,%s,%s,%d,%.3f,%.1f,%.1f,%.3f,%.3f,%.3f,%s\n", r.shape.section.c_str(),
-                 to_string(r.shape.mode), r.shape.value_heads, r.shape.tokens, r.shape.batch, to_string(r.shape.state),
-                 r.member.c_str(), r.tile_rows, r.us, r.gbps, sw.copy_gbps, r.gbps / sw.copy_gbps, r.library_us,
-                 r.library_us / r.us, r.check.c_str());
-  std::fclose(f);
-}
-
-// The rows of one shape, in run order.
-std::vector<const Row*> rows_of(const Sweep& sw, const Shape& s) {
-  std::vector<const Row*> out;
-  for (const Row& r : sw.rows)
-    if (shape_key(r.shape) == shape_key(s)) out.push_back(&r);
-  return out;
-}
-
-const Row* find(const std::vector<const Row*>& rs, const std::string& member) {
-  for (const Row* r : rs)
-    if (r->member == member) return r;
-  return nullptr;
-}
-
-// The fastest row that computes the verify (no probe; a member with the library's formula only if it
-// gave the library's bits).
-const Row* fastest(const std::vector<const Row*>& rs) {
-  const Row* best = nullptr;
-  for (const Row* r : rs)
-    if (!r->probe && (r->check == "library" || r->check == "bitwise" || r->check.rfind("err", 0) == 0) &&
-        (best == nullptr || r->us < best->us))
-      best = r;
-  return best;
-}
-
-std::string report(const Sweep& sw, const std::vector<Shape>& chains, const std::vector<Shape>& modes,
-                   const std::vector<Shape>& convs, const std::vector<Shape>& trees, const std::string& device) {
-  std::string md;
-  char line[512];
-  auto add = [&](const char* fmt, auto... args) {
-    std::snprintf(line, sizeof line, fmt, args...);
-    md += line;
-  };
-  add("# bench_verify_sweep: %s; cudaMemcpy D2D (read + write) %.0f GB/s; cold medians of %d runs (us)\n\n",
-      device.c_str(), sw.copy_gbps, sw.runs);
-  add("K = V = 128, H = HV, bf16 io, gate, beta logit and L2 norm in the kernel; each layer's parameters as a round's "
-      "verify gets them in a graph. `check`: a member with the library's formula gave the library's bits "
-      "(outputs and storage) or not; OutputFormula::post_state members: outputs' relative distance from the "
-      "library's.\n\n");
-  add("## Chains, fused accept: the library and the fastest member\n\n");
-  add("| HV | T | batch | state | library us | %% copy | fastest | us | %% copy | library / fastest | narrow prologue us | "
-      "narrow stores us | wide prologue us | wide stores us |\n|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|"
-      "---:|---:|\n");
-  const std::string narrow = "rows16-lanes32-R4-w4-b4", wide = "rows64-lanes16-R4-w8-b2";
-  for (const Shape& s : chains) {
-    const auto rs = rows_of(sw, s);
-    const Row* lib = find(rs, "library");
-    const Row* best = fastest(rs);
-    if (lib == nullptr || best == nullptr) continue;
-    // Prologue: the prologue probe's time; stores: the full member's time less the no-stores probe's.
-    auto split = [&](const std::string& base, bool stores) {
-      const Row* full = find(rs, base);
-      const Row* probe = find(rs, base + (stores ? "-nostores" : "-prologue"));
-      if (full == nullptr || probe == nullptr) return std::string("-");
-      std::snprintf(line, sizeof line, "%.1f", stores ? full->us - probe->us : probe->us);
-      return std::string(line);
-    };
-    add("| %d | %d | %d | %s | %.1f | %.0f%% | %s | %.1f | %.0f%% | %.2f | %s | %s | %s | %s |\n", s.value_heads,
-        s.tokens, s.batch, to_string(s.state), lib->us, 100 * lib->gbps / sw.copy_gbps, best->member.c_str(), best->us,
-        100 * best->gbps / sw.copy_gbps, lib->us / best->us, split(narrow, false).c_str(), split(narrow, true).c_str(),
-        split(wide, false).c_str(), split(wide, true).c_str());
-  }
-
-  add("\n## Each member against the library over the chain grid (geometric mean of library / member)\n\n");
-  add("| member | batch 1 | batch 8 | batch 32 | batch 128 | all | check |\n|---|---:|---:|---:|---:|---:|---|\n");
-  std::vector<std::string> names;
-  for (const SweepMember& m : sw.members)
-    if (!m.conv) names.push_back(m.name);
-  for (const std::string& name : names) {
-    std::map<int32_t, std::pair<double, int>> by_batch;
-    double all = 0;
-    int n = 0, bad = 0;
-    for (const Row& r : sw.rows) {
-      if (r.shape.section != "chain" || r.member != name) continue;
-      const double x = std::log(r.library_us / r.us);
-      by_batch[r.shape.batch].first += x;
-      ++by_batch[r.shape.batch].second;
-      all += x;
-      ++n;
-      bad += r.check.rfind("DIFFERS", 0) == 0;
-    }
-    if (n == 0) continue;
-    auto mean = [&](int32_t b) {
-      const auto it = by_batch.find(b);
-      if (it == by_batch.end()) return std::string("-");
-      std::snprintf(line, sizeof line, "%.2f", std::exp(it->second.first / it->second.second));
-      return std::string(line);
-    };
-    add("| %s | %s | %s | %s | %s | %.2f | %s |\n", name.c_str(), mean(1).c_str(), mean(8).c_str(), mean(32).c_str(),
-        mean(128).c_str(), std::exp(all / n), bad > 0 ? "DIFFERS on some shapes" : "ok");
-  }
-
-  add("\n## Modes at T = 4, fp32 state (replay replays a = 1..4 cached tokens first)\n\n");
-  add("| HV | batch | mode | library us | %% copy | fastest | us | replay / fused-accept, library |\n"
-      "|---:|---:|---|---:|---:|---|---:|---:|\n");
-  for (const Shape& s : modes) {
-    const auto rs = rows_of(sw, s);
-    const Row* lib = find(rs, "library");
-    const Row* best = fastest(rs);
-    if (lib == nullptr || best == nullptr) continue;
-    std::string ratio = "-";
-    if (s.mode == Mode::replay) {
-      Shape f = s;
-      f.mode = Mode::fused_accept;
-      if (const Row* fl = find(rows_of(sw, f), "library")) {
-        std::snprintf(line, sizeof line, "%.2f (aim, whole round: >= 1.8 at batch 64)", fl->us / lib->us);
-        ratio = line;
-      }
-    }
-    add("| %d | %d | %s | %.1f | %.0f%% | %s | %.1f | %s |\n", s.value_heads, s.batch, to_string(s.mode), lib->us,
-        100 * lib->gbps / sw.copy_gbps, best->member.c_str(), best->us, ratio.c_str());
-  }
-
-  add("\n## The short conv fused in (HV 16, C = 6144, W 4, fp32 state): one kernel against two launches\n\n");
-  add("| T | batch | unfused us | library fused us | fused / unfused (aim <= 0.85) | fastest | us |\n"
-      "|---:|---:|---:|---:|---:|---|---:|\n");
-  for (const Shape& s : convs) {
-    const auto rs = rows_of(sw, s);
-    const Row *lib = find(rs, "library"), *unfused = find(rs, "unfused"), *best = fastest(rs);
-    if (lib == nullptr || unfused == nullptr || best == nullptr) continue;
-    add("| %d | %d | %.1f | %.1f | %.2f | %s | %.1f |\n", s.tokens, s.batch, unfused->us, lib->us, lib->us / unfused->us,
-        best->member.c_str(), best->us);
-  }
-
-  add("\n## Top-%d token trees against chains (T 8, HV 16, fp32 state), the library's kernels\n\n", kTreeTopK);
-  add("| batch | chain us | tree us | tree / chain (aim <= 1.2) |\n|---:|---:|---:|---:|\n");
-  for (const Shape& s : trees) {
-    const auto rs = rows_of(sw, s);
-    const Row *tree = find(rs, "library"), *chain = find(rs, "chain");
-    if (tree == nullptr || chain == nullptr) continue;
-    add("| %d | %.1f | %.1f | %.2f |\n", s.batch, chain->us, tree->us, tree->us / chain->us);
-  }
-  add("\n%d member run(s) with the library's formula gave other bits than the library%s\n", sw.mismatches,
-      sw.mismatches > 0 ? ": a bug, fix it before reading the times" : "");
-  return md;
-}
 
 int run(int argc, char** argv) {
   std::string csv_path, md_path;
@@ -495,29 +302,18 @@ int run(int argc, char** argv) {
   KDA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const detail::StreamHandle stream = detail::StreamHandle::create(Backend::cuda);
   const Buffer flush = profiling::device_zeros(std::max<size_t>(size_t(prop.l2CacheSize) * 4, size_t(256) << 20));
-  Sweep sw{stream.cuda(), runs, profiling::copy_bandwidth_gbps(stream.cuda(), runs), flush, members, {}, 0};
+  Sweep sw{stream.cuda(), flush, profiling::SweepResults{runs, profiling::copy_bandwidth_gbps(stream.cuda(), runs), members, {}, 0}};
   char device[320];
   std::snprintf(device, sizeof device, "%s, %d SMs, L2 %d MiB", prop.name, prop.multiProcessorCount,
                 prop.l2CacheSize >> 20);
-  std::printf("device: %s; copy %.0f GB/s; %zu members\n", device, sw.copy_gbps, members.size());
+  std::printf("device: %s; copy %.0f GB/s; %zu members\n", device, sw.r.copy_gbps, members.size());
 
-  const std::vector<Shape> chains = chain_shapes(), modes = mode_shapes();
-  std::vector<Shape> convs, trees;
-  for (int32_t t : {2, 4})
-    for (int32_t b : {1, 8}) {
-      Shape s{"conv", Mode::fused_accept, 16, t, b};
-      s.conv = true;
-      convs.push_back(s);
-    }
-  for (int32_t b : {1, 16}) {
-    Shape s{"tree", Mode::fused_accept, 16, 8, b};
-    s.tree = true;
-    trees.push_back(s);
-  }
+  const profiling::SweepGrid grid = profiling::sweep_grid();
+  const auto& [chains, modes, convs, trees] = grid;
   std::unique_ptr<Case> held;
-  for (const Shape& s : chains) sw.run_shape(s, held);
-  for (const Shape& s : modes) sw.run_shape(s, held);
-  for (const Shape& s : convs) {
+  for (const SweepShape& s : chains) sw.run_shape(s, held);
+  for (const SweepShape& s : modes) sw.run_shape(s, held);
+  for (const SweepShape& s : convs) {
     Case& c = sw.run_shape(s, held);
     // The conv and the verify as two launches, through the Verifier as an engine without fusion runs them.
     Verifier& v = *c.verifier;
@@ -530,9 +326,9 @@ int run(int argc, char** argv) {
       v.enqueue_conv(st, 0, c.conv_in, s.batch);
       v.enqueue_verify(st, 0, unfused_in, s.batch);
     });
-    sw.add(s, "unfused", 0, us, c.bytes, sw.rows.back().library_us, "-", false, false);
+    sw.add(s, "unfused", 0, us, c.bytes, sw.r.rows.back().library_us, "-", false, false);
   }
-  for (const Shape& s : trees) {
+  for (const SweepShape& s : trees) {
     Case& c = sw.run_shape(s, held);
     VerifyParams chain = c.params;  // the same rows as chains: the tokens in a line
     chain.parent = nullptr;
@@ -541,16 +337,16 @@ int run(int argc, char** argv) {
   }
   held.reset();
 
-  const std::string md = report(sw, chains, modes, convs, trees, device);
+  const std::string md = profiling::sweep_markdown(sw.r, grid, device);
   std::printf("\n%s", md.c_str());
-  if (!csv_path.empty()) write_csv(sw, csv_path);
+  if (!csv_path.empty()) profiling::write_sweep_csv(sw.r, csv_path);
   if (!md_path.empty()) {
     FILE* f = std::fopen(md_path.c_str(), "w");
     if (f == nullptr) throw Error("bench_verify_sweep: cannot write " + md_path);
     std::fputs(md.c_str(), f);
     std::fclose(f);
   }
-  return sw.mismatches > 0 ? 1 : 0;
+  return sw.r.mismatches > 0 ? 1 : 0;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kdagraph/types.hpp"
 #include "kernels/launch.h"
 #include "kernels/verify.h"
 
@@ -51,5 +52,42 @@ inline std::vector<SweepMember> sweep_members() {
   });
   return all;
 }
+
+// One shape the sweep runs: a Kimi-Linear layer (H = HV, K = V = 128, bf16 io) in `mode`.
+struct SweepShape {
+  std::string section;  // chain, modes, conv, tree
+  Mode mode = Mode::fused_accept;
+  int32_t value_heads = 16, tokens = 4, batch = 1;
+  DType state = DType::f32;
+  bool conv = false, tree = false;
+};
+
+// The shapes of a run, by section (profiling/verify_sweep_report.cpp).
+struct SweepGrid {
+  std::vector<SweepShape> chains, modes, convs, trees;
+};
+SweepGrid sweep_grid();
+inline constexpr int32_t kSweepTreeTopK = 4;
+
+struct SweepRow {
+  SweepShape shape;
+  std::string member;  // "library", a member's name, the conv's "unfused", the trees' "chain"
+  int tile_rows = 0;
+  double us = 0, gbps = 0, library_us = 0;
+  std::string check;  // "library", "bitwise", "DIFFERS (n words)", "err 1e-3", "probe", "-"
+  bool exact = false, probe = false;
+};
+
+struct SweepResults {
+  int runs = 0;
+  double copy_gbps = 0;
+  std::vector<SweepMember> members;
+  std::vector<SweepRow> rows;
+  int mismatches = 0;  // members with the library's formula that gave other bits
+};
+
+// The run's rows as CSV, and its tables as markdown (`device`: the GPU, in words).
+void write_sweep_csv(const SweepResults& r, const std::string& path);
+std::string sweep_markdown(const SweepResults& r, const SweepGrid& grid, const std::string& device);
 
 }  // namespace kdagraph::profiling
