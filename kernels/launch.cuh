@@ -1,6 +1,7 @@
 // [TAG_LAUNCH_SEAM] The one way the library launches a kernel, and the one way a kernel declares shared
-// memory. Every launcher calls launch_kernel instead of writing <<<>>> itself, and every kernel takes its
-// shared memory from shared_object instead of declaring a __shared__ variable, so a test build can run
+// memory. Every launcher calls launch_kernel (launch_kernel_shared with dynamic shared memory) instead of
+// writing <<<>>> itself, and every kernel takes its shared memory from shared_object (dynamic_shared)
+// instead of declaring a __shared__ variable, so a test build can run
 // the very same kernel source on the CPU (the SIMT executor under tests/simt/ provides both there).
 // Kernel bodies stay free of #ifdefs.
 //
@@ -22,13 +23,20 @@
 
 namespace kdagraph {
 
-// Enqueues `kernel` as `on` says, with no dynamic shared memory; returns the launch's error. A
-// programmatic launch sets cudaLaunchAttributeProgrammaticStreamSerialization, which a stream capture
-// keeps as a programmatic edge of the graph.
+// Enqueues `kernel` as `on` says, with `shared_bytes` of dynamic shared memory (dynamic_shared); returns
+// the launch's error. A programmatic launch sets cudaLaunchAttributeProgrammaticStreamSerialization,
+// which a stream capture keeps as a programmatic edge of the graph. A kernel with dynamic shared memory
+// is allowed that much first (cudaFuncSetAttribute: host state, no stream work, so capture-safe), as
+// static and dynamic bytes together may pass the 48 KB a block gets without asking.
 template <class... Params, class... Args>
-inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, Launch on, Args&&... args) {
+inline cudaError_t launch_kernel_shared(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, Launch on,
+                                        Args&&... args) {
+  if (shared_bytes > 0) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes));
+    if (e != cudaSuccess) return e;
+  }
   if (!on.pdl || !detail::device_has_pdl()) {
-    kernel<<<grid, block, 0, on.stream>>>(std::forward<Args>(args)...);
+    kernel<<<grid, block, shared_bytes, on.stream>>>(std::forward<Args>(args)...);
     return cudaGetLastError();
   }
   cudaLaunchAttribute attribute{};
@@ -37,11 +45,17 @@ inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 bloc
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = on.stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The same with no dynamic shared memory.
+template <class... Params, class... Args>
+inline cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, Launch on, Args&&... args) {
+  return launch_kernel_shared(kernel, grid, block, 0, on, std::forward<Args>(args)...);
 }
 
 // Waits until the previous kernel on the stream has completed and its writes are visible; a no-op when
@@ -69,5 +83,12 @@ __device__ __forceinline__ T& shared_object() {
   return object;
 }
 
+
+// The block's dynamic shared memory, the bytes its launch_kernel_shared asked for, as an array of T.
+template <class T>
+__device__ __forceinline__ T* dynamic_shared() {
+  extern __shared__ __align__(16) unsigned char kdagraph_dynamic_shared[];
+  return reinterpret_cast<T*>(kdagraph_dynamic_shared);
+}
 }  // namespace kdagraph
 #endif

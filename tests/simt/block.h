@@ -111,6 +111,7 @@ struct Barrier {
 // One launch: what its blocks run, and those held at their wait.
 struct Grid {
   dim3 grid, block;
+  size_t dynamic_shared_bytes = 0;
   Lanes engine = Lanes::fibers;
   Schedule schedule = Schedule::ascending;
   std::function<void()> body;

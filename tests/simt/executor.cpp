@@ -193,7 +193,7 @@ cudaError_t synchronize() {
   return error.empty() ? cudaSuccess : record_failure(s, error, cudaErrorLaunchFailure);
 }
 
-cudaError_t launch(dim3 grid, dim3 block, bool pdl, std::function<void()> body) {
+cudaError_t launch(dim3 grid, dim3 block, bool pdl, size_t dynamic_shared_bytes, std::function<void()> body) {
   State& s = state();
   const std::lock_guard<std::mutex> lk(s.launch_m);
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
@@ -203,12 +203,17 @@ cudaError_t launch(dim3 grid, dim3 block, bool pdl, std::function<void()> body) 
                           cudaErrorInvalidConfiguration);
   if (blocks == 0 || grid.y > 65535 || grid.z > 65535)
     return record_failure(s, "launch refused: grid " + dims(grid), cudaErrorInvalidConfiguration);
+  if (dynamic_shared_bytes > kMaxDynamicSharedBytes)
+    return record_failure(s, "launch refused: " + std::to_string(dynamic_shared_bytes) +
+                                 " bytes of dynamic shared memory, above " + std::to_string(kMaxDynamicSharedBytes),
+                          cudaErrorInvalidValue);
 
   const uint64_t n = s.launches++;
   s.last_launch = LaunchShape{grid, block};
   Grid g;
   g.grid = grid;
   g.block = block;
+  g.dynamic_shared_bytes = dynamic_shared_bytes;
   g.engine = s.options.lanes;
   g.schedule = s.options.schedule == Schedule::rotate ? Schedule(n % 4) : s.options.schedule;
   g.body = std::move(body);
@@ -239,7 +244,7 @@ cudaError_t launch(dim3 grid, dim3 block, bool pdl, std::function<void()> body) 
     b->rng.seed(rng());
     detail::reset_block(*b);
     b->hold_at_wait = holds && room;
-    b->shared.poison();
+    b->shared.start(g.dynamic_shared_bytes);
     const bool finished = detail::run_block(*b);
     if (!b->error.empty()) error = describe(g, *b);
     if (finished) {

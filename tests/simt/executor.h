@@ -109,7 +109,9 @@ uint64_t held_launches();
 // or, with `pdl`, when the blocks are held at their grid_dependency_wait (above). Launches are serialized
 // process-wide. The error of a held kernel that fails once it goes on is returned by the call that
 // completes it, as a device reports an asynchronous error at a later call.
-cudaError_t launch(dim3 grid, dim3 block, bool pdl, std::function<void()> body);
+// `dynamic_shared_bytes`: the block's dynamic shared memory (at most kMaxDynamicSharedBytes, an H100's or
+// H200's opt-in limit less nothing static: the executor cannot tell one kernel's static objects apart).
+cudaError_t launch(dim3 grid, dim3 block, bool pdl, size_t dynamic_shared_bytes, std::function<void()> body);
 // Completes the held kernel, if any: cudaSuccess, or its failure.
 cudaError_t synchronize();
 // Whether a kernel is held at its grid_dependency_wait now.
@@ -118,9 +120,11 @@ bool holding();
 inline constexpr int kMaxHeldLanes = 4096;
 
 // Shared memory: every shared object has its own offset, reserved at its first use, in the arena of
-// the block that runs (each held block keeps its own).
+// the block that runs (each held block keeps its own); its dynamic shared memory beside it.
 size_t reserve_shared(size_t bytes, size_t align);
 unsigned char* shared_arena();
+unsigned char* dynamic_shared_arena();
+inline constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;
 
 // The device-side operations behind tests/simt/device.h. `file` and `line` are the call site.
 void syncthreads(const char* file, int line);

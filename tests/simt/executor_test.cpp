@@ -61,6 +61,18 @@ __global__ void stale_shared_kernel(Out out) {
   s[t] = 7;
 }
 
+// The same through dynamic shared memory (blockDim.x int32 of it): stale reads are poison, and each
+// thread's right neighbour's value arrives across the barrier.
+__global__ void dynamic_shared_kernel(Out out) {
+  int32_t* s = dynamic_shared<int32_t>();
+  const int t = int(threadIdx.x), n = int(blockDim.x);
+  out.data[(int(blockIdx.x) * n + t) * 2] = s[t];
+  __syncthreads();
+  s[t] = t + 100 * int(blockIdx.x);
+  __syncthreads();
+  out.data[(int(blockIdx.x) * n + t) * 2 + 1] = s[(t + 1) % n];
+}
+
 struct ShuffleArgs {
   int32_t* out;  // [widths][masks][32]
 };
@@ -247,6 +259,26 @@ TEST_P(ExecutorTest, SharedMemoryIsPoisonedAtEveryBlock) {
   std::vector<int32_t> out(4 * 64, 0);
   ASSERT_EQ(launch_kernel(stale_shared_kernel, 4, 64, nullptr, Out{out.data()}), cudaSuccess) << simt::last_error();
   for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], kPoison) << "thread " << i << " saw an earlier block's data";
+}
+
+// Dynamic shared memory (launch_kernel_shared): each block's own, poisoned at its start, shared by its
+// threads; more than a device allows is refused, as the device refuses it.
+TEST_P(ExecutorTest, DynamicSharedMemoryIsEachBlocksOwnAndPoisoned) {
+  simt::ScopedOptions opt(with());
+  std::vector<int32_t> out(3 * 64 * 2, 0);
+  ASSERT_EQ(launch_kernel_shared(dynamic_shared_kernel, 3, 64, 64 * sizeof(int32_t), nullptr, Out{out.data()}),
+            cudaSuccess)
+      << simt::last_error();
+  for (int b = 0; b < 3; ++b)
+    for (int t = 0; t < 64; ++t) {
+      const size_t i = size_t(b * 64 + t) * 2;
+      ASSERT_EQ(out[i], kPoison) << "block " << b << " thread " << t << " saw an earlier block's data";
+      ASSERT_EQ(out[i + 1], (t + 1) % 64 + 100 * b) << "block " << b << " thread " << t;
+    }
+  EXPECT_EQ(launch_kernel_shared(dynamic_shared_kernel, 1, 64, simt::kMaxDynamicSharedBytes + 16, nullptr,
+                                 Out{out.data()}),
+            cudaErrorInvalidValue);
+  EXPECT_NE(simt::last_error().find("dynamic shared memory"), std::string::npos) << simt::last_error();
 }
 
 TEST_P(ExecutorTest, ShuffleXorFollowsCudasRules) {

@@ -56,6 +56,8 @@ size_t reserve_shared(size_t bytes, size_t align) {
 
 unsigned char* shared_arena() { return detail::current_lane().block->shared.data(); }
 
+unsigned char* dynamic_shared_arena() { return detail::current_lane().block->shared.dynamic_data(); }
+
 namespace detail {
 
 SharedArena::SharedArena() {
@@ -76,11 +78,19 @@ SharedArena::~SharedArena() {
   munmap(data_, kSharedArenaBytes);
 }
 
-void SharedArena::poison() { std::memset(data_, kSharedPoison, g_shared_used.load(std::memory_order_acquire)); }
+void SharedArena::start(size_t dynamic_bytes) {
+  std::memset(data_, kSharedPoison, g_shared_used.load(std::memory_order_acquire));
+  if (dynamic_bytes != dynamic_bytes_) {
+    dynamic_ = dynamic_bytes > 0 ? std::make_unique<unsigned char[]>(dynamic_bytes) : nullptr;
+    dynamic_bytes_ = dynamic_bytes;
+  }
+  if (dynamic_bytes > 0) std::memset(dynamic_.get(), kSharedPoison, dynamic_bytes);
+}
 
 bool SharedArena::contains(const void* p, size_t bytes) const {
   const auto* c = static_cast<const unsigned char*>(p);
-  return c >= data_ && c + bytes <= data_ + g_shared_used.load(std::memory_order_acquire);
+  if (c >= data_ && c + bytes <= data_ + g_shared_used.load(std::memory_order_acquire)) return true;
+  return dynamic_bytes_ > 0 && c >= dynamic_.get() && c + bytes <= dynamic_.get() + dynamic_bytes_;
 }
 
 bool in_shared(const void* p, size_t bytes) { return current_lane().block->shared.contains(p, bytes); }

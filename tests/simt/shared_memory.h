@@ -1,9 +1,12 @@
 // Shared memory of the SIMT executor: every shared object (kdagraph::shared_object) has its own offset,
 // reserved at its first use for the whole process, in every block's own arena; a block's arena is
-// poisoned (0xff bytes) at its start. Blocks held at grid_dependency_wait keep theirs while others run.
+// poisoned (0xff bytes) at its start. Dynamic shared memory (kdagraph::dynamic_shared) is a separate
+// allocation of exactly the launch's bytes, so AddressSanitizer sees an access past them. Blocks held
+// at grid_dependency_wait keep theirs while others run.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 namespace kdagraph::simt::detail {
 
@@ -16,13 +19,17 @@ class SharedArena {
   SharedArena& operator=(const SharedArena&) = delete;
 
   unsigned char* data() const { return data_; }
-  // Poisons every reserved byte: a block starts.
-  void poison();
-  // True when [p, p + bytes) lies in the reserved part.
+  unsigned char* dynamic_data() const { return dynamic_.get(); }
+  // A block starts with `dynamic_bytes` of dynamic shared memory: every reserved byte and every dynamic
+  // one poisoned.
+  void start(size_t dynamic_bytes);
+  // True when [p, p + bytes) lies in the reserved part or the dynamic one.
   bool contains(const void* p, size_t bytes) const;
 
  private:
   unsigned char* data_;
+  std::unique_ptr<unsigned char[]> dynamic_;
+  size_t dynamic_bytes_ = 0;
 };
 
 // True when [p, p + bytes) lies in the calling lane's shared memory.
