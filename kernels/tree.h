@@ -36,6 +36,49 @@ KDA_HD uint32_t tree_branch_points(const int32_t* parent, int32_t tokens) {
   return points;
 }
 
+// Where a verify keeps its branch states: in slots of a fixed number per row, each reused once the last
+// token that starts from its state has read it back. A state that must be kept has a token other than
+// its successor still to start from it; those tokens are distinct, so when new token t - 1's post-state
+// is kept at most min(t + 1, T - t) states are live: never more than tree_slot_count(T).
+KDA_HD constexpr int32_t tree_slot_count(int32_t tokens) { return (tokens + 1) / 2; }
+
+// Each kept state's slot (tree_branch_points' states j: 0 the seed, j new token j - 1's post-state), 3
+// bits apiece: at most tree_slot_count(31) = 16 slots would not fit, so a caller bounds T (the CUDA
+// verify: kMaxCudaTreeTokens, 8 slots).
+struct TreeSlots {
+  uint32_t kept = 0;  // tree_branch_points
+  uint64_t slot = 0;  // bits [3 j, 3 j + 3): state j's slot, when kept
+  int32_t used = 0;   // slots in use at most
+  KDA_HD int32_t of(int32_t j) const { return int32_t(slot >> (3 * j) & 7u); }
+};
+
+// Assigns the slots in the verify's order, lowest free first: new token t - 1's post-state is kept (when
+// it must be) before token t starts, then token t reads its parent's state back, and, if it is that
+// state's last reader, frees its slot. Registers only: bit masks, no per-state arrays (which
+// a kernel would place in local memory). `parent` as checked_parent reads it; tokens <= 16.
+KDA_HD TreeSlots tree_branch_slots(const int32_t* parent, int32_t tokens) {
+  TreeSlots r;
+  uint32_t last_reader = 0;  // bit t: token t is the last to start from its parent's kept state
+  for (int32_t t = tokens - 1; t >= 1; --t) {
+    const int32_t j = checked_parent(parent, t, 0, nullptr, false) + 1;
+    if (j == t) continue;  // its predecessor's state, in hand
+    if ((r.kept >> j & 1u) == 0) last_reader |= 1u << t;
+    r.kept |= 1u << j;
+  }
+  uint32_t occupied = 0;
+  for (int32_t j = 0; j < tokens; ++j) {
+    if (r.kept >> j & 1u) {
+      int32_t free_slot = 0;
+      while (occupied >> free_slot & 1u) ++free_slot;
+      occupied |= 1u << free_slot;
+      r.slot |= uint64_t(free_slot) << (3 * j);
+      if (free_slot + 1 > r.used) r.used = free_slot + 1;
+    }
+    if (last_reader >> j & 1u) occupied &= ~(1u << r.of(checked_parent(parent, j, 0, nullptr, false) + 1));
+  }
+  return r;
+}
+
 // An accepted path of a row: `nodes` valid entries of accept_index, ending at token `last`.
 struct TreePath {
   int32_t nodes = 1;

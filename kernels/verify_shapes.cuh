@@ -36,7 +36,7 @@ struct LibraryTiles<64> {
 };
 
 // The verify of a token tree (TAG_TREE), compiled in kernels/verify_tree.cu: its branch states are in
-// local memory by design, which verify.cu's ptxas check refuses (kernels/CMakeLists.txt).
+// dynamic shared memory (launch_verify_tiles sizes it by T).
 template <int K, class IoT, class StateT>
 cudaError_t launch_tree(const VerifyParams& p, Launch on);
 

@@ -60,6 +60,7 @@ struct alignas(kVecBytes) ConvStaging {
   IoT y_k[kChunkTokens][K];
   float weight[kChannels][kMaxConvWidth];
   float bias[kChannels];
+  int8_t tree_source[kChunkTokens][kMaxConvWidth];  // a token tree's window, by stage_tree_conv_sources
   static_assert(kChannels * sizeof(IoT) % kVecBytes == 0, "history rows copy in whole 16-byte vectors");
 };
 
@@ -332,20 +333,41 @@ __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const B
   }
 }
 
-// SPEC §12, the fused conv of a token tree (kTree): the input k tokens back from new token t along its
-// ancestors (k = 0: t's own), for the block's conv channel lc. With a tree the history rows [0, W - 1)
-// keep the round's window for every chunk (no shift), the chunk's x follows; an ancestor in an earlier
-// chunk is read from x in global memory again. Parents are the index build's checked ones.
-template <int K, int kTileV, class IoT>
-__device__ __forceinline__ IoT tree_conv_input(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
-                                               const ConvStaging<K, kTileV, IoT>& cs, int32_t t, int lc, int k) {
+// SPEC §12, the fused conv of a token tree (kTree): where the inputs of each new token's window lie,
+// resolved once a chunk, one walk up the tree per (new token, step back), so that the conv and the
+// history stores look each input up in shared memory instead of walking the parents in global memory per
+// element. tree_source[i][k], k steps back from the chunk's new token i along its ancestors (k = 0: its
+// own input): a history row (>= 0; with a tree the rows [0, W - 1) keep the round's window for every
+// chunk, the chunk's x follows), or -1 - node for an ancestor of an earlier chunk, whose x is read from
+// global memory again. Parents are the index build's checked ones. Written before the barrier that
+// hands the chunk's x to the conv.
+template <int K, int kTileV, int kThreads, class IoT>
+__device__ __forceinline__ void stage_tree_conv_sources(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                                        ConvStaging<K, kTileV, IoT>& cs) {
+  static_assert(kThreads >= kChunkTokens * kMaxConvWidth, "a thread an entry");
+  const int32_t W = p.conv.width;
+  const int e = int(threadIdx.x);
+  if (e >= ch.n_new * W) return;
   const int32_t* parent = p.conv.parent + int64_t(b.n) * p.tokens;
-  int32_t node = t, steps = 0;
+  const int32_t i = e / W, k = e % W;
+  int32_t node = ch.t_first + i, steps = 0;
   for (; steps < k && node >= 0; ++steps) node = parent[node];
-  if (node < 0) return cs.history[p.conv.width - 1 - (k - steps + 1)][lc];  // into the round's window
-  if (node >= ch.t_first) return cs.history[p.conv.width - 1 + (node - ch.t_first)][lc];
+  int32_t source;
+  if (node < 0) source = W - 1 - (k - steps + 1);  // into the round's window
+  else if (node >= ch.t_first) source = W - 1 + (node - ch.t_first);
+  else source = -1 - node;
+  cs.tree_source[i][k] = int8_t(source);
+}
+
+// The input k steps back from the chunk's new token i along its ancestors, for the block's conv
+// channel lc (stage_tree_conv_sources says where it lies).
+template <int K, int kTileV, class IoT>
+__device__ __forceinline__ IoT tree_conv_input(const VerifyParams& p, const BlockRow& b,
+                                               const ConvStaging<K, kTileV, IoT>& cs, int i, int lc, int k) {
+  const int32_t source = cs.tree_source[i][k];
+  if (source >= 0) return cs.history[source][lc];
   const IoT* x = static_cast<const IoT*>(p.conv.x);
-  return x[(int64_t(b.n) * p.tokens + node) * p.conv.channels + conv_channel_of<K>(conv_runs(p, b), lc)];
+  return x[(int64_t(b.n) * p.tokens + (-1 - source)) * p.conv.channels + conv_channel_of<K>(conv_runs(p, b), lc)];
 }
 
 // Once a chunk's x has landed: y of each (new token, conv channel) from its W inputs in the history,
@@ -361,8 +383,7 @@ __device__ __forceinline__ void convolve_chunk(const VerifyParams& p, const Bloc
     for (int j = 0; j < W; ++j) w[j] = cs.weight[lc][j];
 #pragma unroll
     for (int j = 0; j < W - 1; ++j)
-      window[j] = math::to_f32(kTree ? tree_conv_input<K, kTileV, IoT>(p, b, ch, cs, ch.t_first + i, lc, W - 1 - j)
-                                     : cs.history[i + j][lc]);
+      window[j] = math::to_f32(kTree ? tree_conv_input<K, kTileV, IoT>(p, b, cs, i, lc, W - 1 - j) : cs.history[i + j][lc]);
     const float bias = p.conv.bias != nullptr ? cs.bias[lc] : 0.0f;
     const IoT y = math::from_f32<IoT>(conv_output_value<W>(p.conv, w, window, math::to_f32(cs.history[i + W - 1][lc]), bias));
     const int tt = ch.first - ch.u0 + i;
@@ -407,7 +428,7 @@ __device__ __forceinline__ void store_conv_history(const VerifyParams& p, const 
       dst = reinterpret_cast<IoT*>(state_row(r.scratch, c.scratch, row)) + j * C;
       if (kTree) {  // along the tree: the window its children read, element by element
         for (int m = 0; m < kElemsPerVec; ++m)
-          dst[conv_channel_of<K>(runs, lc + m)] = tree_conv_input<K, kTileV, IoT>(p, b, ch, cs, ch.t_first + i, lc + m, W - 2 - j);
+          dst[conv_channel_of<K>(runs, lc + m)] = tree_conv_input<K, kTileV, IoT>(p, b, cs, i, lc + m, W - 2 - j);
         continue;
       }
     }

@@ -1,7 +1,7 @@
 // SPEC §12: the verify of a token tree (VerifyParams::parent), the family's kernel (kernels/
-// verify_kernel.cuh) with kTree, on the narrow tile, in a unit of its own. It keeps branch states in
-// local memory by design ([TAG_TREE]), which verify.cu's ptxas check (-warn-lmem-usage,
-// kernels/CMakeLists.txt) refuses for the chain kernels.
+// verify_kernel.cuh) with kTree, on the narrow tile (the fused conv's with the conv), in a unit of its
+// own. Its branch states are in dynamic shared memory ([TAG_TREE]); like the chain kernels it may
+// keep nothing in local memory (kernels/CMakeLists.txt).
 #include "kernels/verify_kernel.cuh"
 #include "kernels/verify_shapes.cuh"
 

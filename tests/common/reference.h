@@ -119,6 +119,22 @@ std::vector<int32_t> random_tree(Rng& rng, int32_t T) {
   return parent;
 }
 
+// A token tree whose branch states are live together at their most, tree_slot_count(T) of them
+// (kernels/tree.h): a chain of T / 2 tokens, then every later token branching from a distinct earlier
+// state, the latest first, so that all of them wait at once.
+inline std::vector<int32_t> widest_tree(int32_t T) {
+  const int32_t m = T / 2;
+  std::vector<int32_t> parent(static_cast<size_t>(T));
+  for (int32_t t = 0; t < m; ++t) parent[size_t(t)] = t - 1;
+  if (T % 2 == 0) {
+    for (int32_t i = 0; i < T - m; ++i) parent[size_t(m + i)] = m - 2 - i;
+  } else {
+    parent[size_t(m)] = -1;
+    for (int32_t i = 1; i < T - m; ++i) parent[size_t(m + i)] = m - i;
+  }
+  return parent;
+}
+
 // Index of the first element where `a` and `b` differ, -1 when they are equal: bitwise comparisons of
 // large buffers report where they differ instead of printing both buffers.
 template <class T>

@@ -297,8 +297,15 @@ def ptxas_report_fails_on_spills_and_on_nothing():
     check(p.returncode == 2 and "not checked" in p.stdout, f"a log without ptxas lines: exit {p.returncode}")
 
 
-# The token-tree verify keeps its branch states in local memory by design (kernels/verify_tree.cu): its stack
-# frame is listed, not failed; a spill in it still fails, and so does a stack frame in the chain kernel.
+# The synthetic drafter keeps a tree's child counts in local memory by design: its stack frame is listed,
+# not failed; a spill in it still fails. The token-tree verify keeps its branch states in shared memory
+# now: a stack frame there fails, as in the chain kernel.
+PTXAS_DRAFTER = """\
+ptxas info    : Compiling entry function '_ZN8kdagraph12_GLOBAL__N_121synthetic_tree_kernelEPiiiiy' for 'sm_90'
+ptxas info    : Function properties for _ZN8kdagraph12_GLOBAL__N_121synthetic_tree_kernelEPiiiiy
+    1104 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 0 barriers, 1104 bytes cumulative stack size
+"""
 PTXAS_TREE = """\
 ptxas info    : Compiling entry function '_ZN8kdagraph52_GLOBAL__N__bd98041f_14_verify_tree_cu_4ab55af6_503813verify_kernelILi128ELi4ELb0ELb1EffEEvNS_12VerifyParamsE' for 'sm_90'
 ptxas info    : Function properties for _ZN8kdagraph52_GLOBAL__N__bd98041f_14_verify_tree_cu_4ab55af6_503813verify_kernelILi128ELi4ELb0ELb1EffEEvNS_12VerifyParamsE
@@ -308,14 +315,16 @@ ptxas info    : Used 106 registers, used 1 barriers, 1104 bytes cumulative stack
 
 
 @case
-def ptxas_report_lists_the_tree_kernels_stack_by_design():
-    p = ptxas_report(PTXAS_CLEAN + PTXAS_TREE)
-    check(p.returncode == 0, f"the tree kernel's stack is by design; exit {p.returncode}:\n{p.stdout}")
-    tree = next(r for r in p.stdout.splitlines() if "1104" in r and r.startswith("| `"))
-    check("stack by design" in tree and "LOCAL MEMORY" not in tree, f"the tree kernel's row: {tree}")
+def ptxas_report_lists_only_the_drafters_stack_by_design():
+    p = ptxas_report(PTXAS_CLEAN + PTXAS_DRAFTER)
+    check(p.returncode == 0, f"the drafter's stack is by design; exit {p.returncode}:\n{p.stdout}")
+    drafter = next(r for r in p.stdout.splitlines() if "1104" in r and r.startswith("| `"))
+    check("stack by design" in drafter and "LOCAL MEMORY" not in drafter, f"the drafter's row: {drafter}")
     check("1 with a stack frame by design" in p.stdout, p.stdout)
-    p = ptxas_report(PTXAS_CLEAN + PTXAS_TREE.replace("0 bytes spill stores", "8 bytes spill stores"))
-    check(p.returncode == 1, f"a spill in the tree kernel must fail; exit {p.returncode}:\n{p.stdout}")
+    p = ptxas_report(PTXAS_CLEAN + PTXAS_DRAFTER.replace("0 bytes spill stores", "8 bytes spill stores"))
+    check(p.returncode == 1, f"a spill in the drafter must fail; exit {p.returncode}:\n{p.stdout}")
+    p = ptxas_report(PTXAS_CLEAN + PTXAS_TREE)
+    check(p.returncode == 1, f"a stack frame in the tree verify must fail; exit {p.returncode}:\n{p.stdout}")
     chain = PTXAS_CLEAN.replace("    0 bytes stack frame, 0 bytes spill stores", "    16 bytes stack frame, 0 bytes spill stores", 1)
     p = ptxas_report(chain)
     check(p.returncode == 1, f"a stack frame in the chain kernel must fail; exit {p.returncode}:\n{p.stdout}")

@@ -262,9 +262,10 @@ TEST(VerifySimt, UnsupportedHeadDimsAreRefused) {
 }
 
 // SPEC §12: the token-tree kernel (kernels/verify_tree.cu) against the fp64 reference and the CPU backend,
-// over random trees of up to 16 tokens (two staging chunks: a branch may start from a state kept in the
-// chunk before), both head dims and state dtypes; rows seeded from the pool and from the scratch row
-// token 0 overwrites, and a padded row.
+// over trees of up to 16 tokens (two staging chunks: a branch may start from a state kept in the chunk
+// before), both head dims and state dtypes; rows seeded from the pool and from the scratch row token 0
+// overwrites, and a padded row. Row 0's tree keeps every shared-memory slot busy at once (widest_tree),
+// the others are random.
 TEST(VerifyTreeSimt, MatchesReferenceAndCpu) {
   int run = 0, all = 0;
   for (int K : {64, 128})
@@ -281,7 +282,7 @@ TEST(VerifyTreeSimt, MatchesReferenceAndCpu) {
         std::mt19937_64 rng(seed);
         std::vector<int32_t> parent;
         for (int n = 0; n < s.rows; ++n) {
-          const std::vector<int32_t> tree = random_tree(rng, T);
+          const std::vector<int32_t> tree = n == 0 ? widest_tree(T) : random_tree(rng, T);
           parent.insert(parent.end(), tree.begin(), tree.end());
         }
         std::vector<int32_t> accept(5, 0);
