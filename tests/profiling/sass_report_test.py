@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""profiling/sass_report.py on made-up SASS listings: instructions counted by kind, the token loop found
+as the innermost loop with the most shuffles (not the loop around it, not a loop with fewer), a verify
+kernel named as verify_variants.cuh names its member with the state elements a thread holds, local
+memory flagged with exit status 1, and an input with no kernel exit status 2. Exit 0: passed, 1: failed."""
+import io
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "profiling"))
+import sass_report  # noqa: E402
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+
+
+# verify_kernel<VerifyTile<128, 32, 4, 4, 4>, decayed_state, none, false, false, bf16, float>, as nvcc
+# mangles the library's copy (kernels/verify.cu).
+VERIFY = ("_ZN8kdagraph41_GLOBAL__N__591f7c0d_9_verify_cu_36edfe6313verify_kernelINS_13verify_detail10VerifyTileILi128E"
+          "Li32ELi4ELi4ELi4EEELNS2_13OutputFormulaE0ELNS2_11VerifyProbeE0ELb0ELb0ENS_4math4bf16EfEEvNS_12VerifyParamsE")
+
+
+def listing(function, body):
+    """A cuobjdump --dump-sass function: `body` is (opcode and operands) per instruction, 16 bytes apart."""
+    lines = ["", "\t\tFunction : " + function, '\t.headerflags\t@"EF_CUDA_SM90"']
+    for i, ins in enumerate(body):
+        lines.append(f"        /*{16 * i:04x}*/                   {ins} ;    /* 0x000 */")
+        lines.append("                                                /* 0x000 */")
+    return lines
+
+
+# 0..: prologue; an outer loop [0x30, 0xd0] around an inner one [0x50, 0x90] with 3 shuffles; a later
+# innermost loop [0xe0, 0x110] with 1 shuffle.
+BODY = [
+    "LDG.E R2, desc[UR4][R2.64]",          # 0x00
+    "BAR.SYNC.DEFER_BLOCKING 0x0",         # 0x10
+    "LDGSTS.E.BYPASS.128 [R5], desc[UR4][R6.64]",  # 0x20
+    "LDS R8, [R9]",                        # 0x30 outer loop start
+    "FFMA R1, R2, R3, R4",                 # 0x40
+    "SHFL.BFLY PT, R0, R1, 0x1, 0x1f",     # 0x50 inner loop start
+    "SHFL.BFLY PT, R0, R1, 0x2, 0x1f",     # 0x60
+    "@P0 SHFL.BFLY PT, R0, R1, 0x4, 0x1f",  # 0x70
+    "FADD R1, R1, R0",                     # 0x80
+    "@P1 BRA 0x50",                        # 0x90 inner loop end
+    "STS [R9], R1",                        # 0xa0
+    "STG.E desc[UR4][R2.64], R1",          # 0xb0
+    "MUFU.EX2 R4, R4",                     # 0xc0
+    "@!P2 BRA 0x30",                       # 0xd0 outer loop end
+    "SHFL.IDX PT, R0, R1, R2, 0x1f",       # 0xe0 second innermost loop
+    "FMUL R1, R1, R1",                     # 0xf0
+    "BRA 0x120",                           # 0x100 a forward branch: no loop
+    "@P3 BRA 0xe0",                        # 0x110
+    "EXIT",                                # 0x120
+]
+
+kernels = sass_report.parse(listing(VERIFY, BODY) + listing("_Z5otherv", ["STL [R1], R2", "LDL R2, [R1]", "EXIT"]))
+check(len(kernels) == 2, f"two functions, found {len(kernels)}")
+k = kernels[0]
+c = k.counts()
+expected = {"all": 19, "fp": 4, "shfl": 4, "bar": 1, "ldg": 1, "stg": 1, "cp.async": 1, "lds": 1, "sts": 1, "local": 0}
+check(c == expected, f"counts {c}, expected {expected}")
+check(sorted(k.loops()) == [(0x30, 0xd0), (0x50, 0x90), (0xe0, 0x110)], f"loops {k.loops()}")
+check(k.token_loop() == (0x50, 0x90), f"the token loop is the inner one with 3 shuffles, found {k.token_loop()}")
+loop = k.counts(*k.token_loop())
+check(loop["all"] == 5 and loop["shfl"] == 3 and loop["fp"] == 1, f"token loop counts {loop}")
+check(kernels[1].counts()["local"] == 2, f"STL and LDL are local memory: {kernels[1].counts()}")
+check(k.unit == "verify.cu", f"the kernel's unit from its anonymous namespace: {k.unit}")
+
+if shutil.which("c++filt") or shutil.which("cu++filt"):
+    name, elements = sass_report.readable(sass_report.demangle([VERIFY])[0], VERIFY)
+    check(name == "rows16-lanes32-R4-w4-b4 (K 128, bf16 / f32)", f"the member's name: {name}")
+    check(elements == 16, f"4 rows of 128 / 32 channels a thread: {elements}")
+else:
+    print("sass_report_test: no c++filt, the name check is skipped")
+
+with tempfile.TemporaryDirectory() as d:
+    dump = os.path.join(d, "dump.sass")
+    with open(dump, "w") as f:
+        f.write("\n".join(listing(VERIFY, BODY)) + "\n")
+    md = os.path.join(d, "table.md")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        rc = sass_report.main([dump, "--md", md])
+    check(rc == 0, f"a clean kernel exits 0, got {rc}")
+    row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
+    cells = [x.strip() for x in row.strip("|").split("|")]
+    demangled = bool(shutil.which("c++filt") or shutil.which("cu++filt"))
+    check(len(cells) == 20 and cells[2] == "19" and cells[12] == "5" and cells[18] == ("16" if demangled else "-"),
+          f"the table row (kernel, unit, all, kinds..., loop counts, elements): {row}")
+
+    with open(dump, "a") as f:
+        f.write("\n".join(listing("_Z5otherv", ["STL [R1], R2", "EXIT"])) + "\n")
+    with redirect_stdout(io.StringIO()):
+        rc = sass_report.main([dump])
+    check(rc == 1, f"local memory exits 1, got {rc}")
+
+    empty = os.path.join(d, "empty.sass")
+    open(empty, "w").close()
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        rc = sass_report.main([empty])
+    check(rc == 2, f"no kernel exits 2, got {rc}")
+
+for f in failures:
+    print("FAILED:", f)
+print("sass_report_test:", "failed" if failures else "passed")
+sys.exit(1 if failures else 0)
