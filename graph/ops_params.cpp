@@ -6,8 +6,7 @@
 
 namespace kdagraph::detail {
 
-VerifyParams layer_params(const RoundSpec& spec, const SlotStorage& st, int32_t rows, int32_t layer) {
-  const ModePolicy policy = mode_policy(spec.mode);
+VerifyParams verify_params(const RoundSpec& spec, int32_t rows, int32_t layer, const LayerInputs& in) {
   VerifyParams p;
   p.rows = rows;
   p.tokens = spec.tokens;
@@ -17,8 +16,23 @@ VerifyParams layer_params(const RoundSpec& spec, const SlotStorage& st, int32_t 
   p.head_v = spec.model.head_v;
   p.io_dtype = spec.io_dtype;
   p.options = spec.options;
-  p.pool = st.pool;
   p.layer = layer;
+  p.q = in.q;
+  p.k = in.k;
+  p.v = in.v;
+  p.g = in.g;
+  p.beta = in.beta;
+  p.o = in.o;
+  p.A_log = in.A_log;
+  p.dt_bias = in.dt_bias;
+  return p;
+}
+
+VerifyParams layer_params(const RoundSpec& spec, const SlotStorage& st, int32_t rows, int32_t layer,
+                          const LayerInputs& in) {
+  const ModePolicy policy = mode_policy(spec.mode);
+  VerifyParams p = verify_params(spec, rows, layer, in);
+  p.pool = st.pool;
   p.writes_scratch = policy.per_token_scratch;
   if (policy.per_token_scratch) p.scratch = st.scratch;
   if (policy.token_cache) {
@@ -107,15 +121,7 @@ IndexBuildParams index_params(const RoundSpec& spec, const SlotStorage& storage,
 
 VerifyParams round_verify_params(const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                                  int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch) {
-  VerifyParams p = layer_params(spec, storage, rows, layer);
-  p.q = in.q;
-  p.k = in.k;
-  p.v = in.v;
-  p.g = in.g;
-  p.beta = in.beta;
-  p.o = in.o;
-  p.A_log = in.A_log;
-  p.dt_bias = in.dt_bias;
+  VerifyParams p = layer_params(spec, storage, rows, layer, in);
   p.seed_pool = idx.seed_pool;
   p.seed_scratch = idx.seed_scratch;
   p.write_row = idx.write_row;

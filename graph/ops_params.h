@@ -14,8 +14,12 @@
 
 namespace kdagraph::detail {
 
-// The verify of one layer of `rows` rows, without its inputs and indices.
-VerifyParams layer_params(const RoundSpec& spec, const SlotStorage& st, int32_t rows, int32_t layer);
+// A verify of `rows` rows of layer `layer` over the inputs `in`: its shape and inputs, no storage.
+VerifyParams verify_params(const RoundSpec& spec, int32_t rows, int32_t layer, const LayerInputs& in);
+// The verify of one layer of `rows` rows over a Verifier-style storage, without its indices (and, with
+// `in` left empty, without its inputs: materialize's replay).
+VerifyParams layer_params(const RoundSpec& spec, const SlotStorage& st, int32_t rows, int32_t layer,
+                          const LayerInputs& in = LayerInputs{});
 // The accepted-state copies of `count` entries over every layer (commit, materialize).
 StateCopyParams copy_params(const RoundSpec& spec, const SlotStorage& st, int32_t count, const int32_t* slot_of,
                             const int32_t* accept_of);
