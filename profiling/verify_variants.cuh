@@ -36,11 +36,14 @@ using Decayed = VerifyVariant<VerifyTile<K, kLanes, kRows, kWarps, kMinBlocks>>;
 template <int K, int kLanes, int kRows, int kWarps, int kMinBlocks>
 using PostState = VerifyVariant<VerifyTile<K, kLanes, kRows, kWarps, kMinBlocks>, OutputFormula::post_state>;
 
-// K = 128 chains: 16 V rows a block (today's tile, and 16 lanes a row), 32, 64 (the library's wide
-// tile, and 8 lanes a row), a whole head in 512 threads; each with both formulas where it is a question.
+// K = 128 chains: 16 V rows a block (today's tile, 16 lanes a row, and 8 lanes a row in two warps: the
+// fewest instructions a state element in the SASS, results/2026-12-05-sass-sm90.md, for batch 1), 32, 64
+// (the library's wide tile, and 8 lanes a row), a whole head in 512 threads; each with both formulas
+// where it is a question.
 using ChainVariants128 = std::tuple<
     Decayed<128, 32, 4, 4, 4>, PostState<128, 32, 4, 4, 4>,
     Decayed<128, 16, 2, 4, 4>, PostState<128, 16, 2, 4, 4>,
+    Decayed<128, 8, 2, 2, 4>,
     Decayed<128, 32, 4, 8, 2>, PostState<128, 32, 4, 8, 2>,
     Decayed<128, 16, 2, 8, 2>,
     Decayed<128, 16, 4, 8, 2>, PostState<128, 16, 4, 8, 2>,
