@@ -4,15 +4,18 @@
 // (profiling/bench_verify_sweep.cu) times the others, and tests/simt/verify_family_simt_test.cpp runs
 // every one of them on the CPU. Every shape computes the same bits.
 //
-// One block is one unit of work: (row n, value head h, tile of kTileV consecutive V rows; a head-wide
-// tile is the whole head). Its threads hold that tile of the state in registers for all T tokens: a lane
-// group of kLanes lanes shares kRows V rows, each lane keeping kChunks chunks of 4 key channels of each
-// (16 bytes of fp32 a chunk). The update's arithmetic is kernels/verify_update.cuh, the staging of the
-// inputs (and of the fused conv) kernels/verify_staging.cuh; the seed tile is read once and every
-// post-state written once (the 1 + T transfers of SPEC §7).
+// A unit of work is (row n, value head h, tile of kTileV consecutive V rows; a head-wide tile is the
+// whole head): a block per unit, or, VerifySchedule::persistent (the sweep's), a block for every
+// gridDim.x-th unit. The block's threads hold the unit's tile of the state in registers for all T
+// tokens: a lane group of kLanes lanes shares kRows V rows, each lane keeping kChunks chunks of 4 key
+// channels of each (16 bytes of fp32 a chunk). The update's arithmetic is kernels/verify_update.cuh, the
+// staging of the inputs (and of the fused conv) kernels/verify_staging.cuh, the seed tile's loads and
+// stores kernels/verify_units.cuh; the seed tile is read once and every post-state written once (the
+// 1 + T transfers of SPEC §7).
 //
 // [TAG_PDL] Before grid_dependency_wait() a block reads only what earlier rounds wrote (SPEC §5): the
-// conv weights, and, where pre-round data says where they are, its seed tile and conv window. After the wait it reads the round's index arrays and inputs, and triggers its dependents.
+// conv weights, and, where pre-round data says where they are, its first unit's seed tile and conv
+// window. After the wait it reads the round's index arrays and inputs, and triggers its dependents.
 //
 // Each unit that includes this file instantiates its own kernels (they have internal linkage), so the
 // library's units, the sweep's and the tests' broken copies (tests/simt/CMakeLists.txt) never meet.
@@ -30,6 +33,7 @@
 #include "kernels/launch_checks.h"
 #include "kernels/verify.h"
 #include "kernels/verify_staging.cuh"
+#include "kernels/verify_units.cuh"
 #include "kernels/verify_update.cuh"
 
 namespace kdagraph {
@@ -72,25 +76,6 @@ __device__ __forceinline__ void convolve_and_store(const VerifyParams& p, const 
     default: convolve_chunk<K, kTileV, kThreads, 4, kTree, IoT>(p, b, ch, st, cs); break;
   }
   store_conv_history<K, kTileV, kThreads, kTree, IoT>(p, b, cr, ch, cs);
-}
-
-// The lane's slice of kRows state rows (K apart, from the group's first row), in and out.
-template <class Tile, class StateT>
-__device__ __forceinline__ void load_state(const StateT* rows, int group_lane, StateSlice<Tile>& s) {
-#pragma unroll
-  for (int r = 0; r < Tile::kRows; ++r)
-#pragma unroll
-    for (int j = 0; j < Tile::kChunks; ++j)
-      load_slice(rows + int64_t(r) * Tile::kHeadDim + chunk_channel<Tile>(group_lane, j), s[r][j]);
-}
-
-template <class Tile, class StateT>
-__device__ __forceinline__ void store_state(StateT* rows, int group_lane, const StateSlice<Tile>& s, bool streaming) {
-#pragma unroll
-  for (int r = 0; r < Tile::kRows; ++r)
-#pragma unroll
-    for (int j = 0; j < Tile::kChunks; ++j)
-      store_slice(rows + int64_t(r) * Tile::kHeadDim + chunk_channel<Tile>(group_lane, j), s[r][j], streaming);
 }
 
 // A group's outputs of one token: kRows consecutive values, written by the group's first lane in
@@ -171,47 +156,22 @@ struct TreeBranches<Tile, true> {
   }
 };
 
-// Where the lane's work lies in its block's tile and in the row's state and outputs.
-template <class Tile>
-struct LaneRows {
-  int group_lane;      // the lane's place in its group
-  int tile_row0;       // the group's first V row in the tile
-  int64_t state_rows;  // the group's first row in a (row, all heads) state: h * V * K + (v0 + tile_row0) * K
-};
-
-// The replayed prefix is applied: the pool holds it from now on, and the new tokens go on from the
-// state as it reads back (bit for bit what the other modes seed from).
-template <class Tile, class StateT>
-__device__ __forceinline__ void write_back_prefix(StateT* pool_rows, int group_lane, StateSlice<Tile>& s) {
-  store_state<Tile>(pool_rows, group_lane, s, false);
-#pragma unroll
-  for (int r = 0; r < Tile::kRows; ++r)
-#pragma unroll
-    for (int c = 0; c < Tile::kChunks; ++c)
-#pragma unroll
-      for (int e = 0; e < kSlice; ++e) s[r][c][e] = stored_value<StateT>(s[r][c][e]);
-}
-
-// kConv: the short conv fused in (VerifyParams::conv). kTree: the new tokens form a tree (VerifyParams::parent).
-template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, class IoT, class StateT>
-__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_kernel(const VerifyParams p) {
+// One unit of a launch, after the grid dependency wait: its row resolved, its seed tile in the lanes'
+// registers (from where `ahead` read it, or read now), its tokens (r.replay cached ones, then the T
+// new ones) staged a chunk at a time, and its post-states and outputs written. Persistent, the seed of
+// unit `next` is prefetched during its last chunk's token loop. `early_conv`: the conv window staged
+// before the wait (the first unit's only).
+template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, VerifySchedule kSchedule,
+          class IoT, class StateT>
+__device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit, int64_t next, int64_t units,
+                                            StateSlice<Tile>& s, SeedAhead<StateT>& ahead, const ConvRow& early_conv,
+                                            StagedTokens<Tile::kHeadDim, Tile::kTileV, IoT>& st,
+                                            ConvStaging<Tile::kHeadDim, Tile::kTileV, IoT>* cs) {
   constexpr int K = Tile::kHeadDim, V = K, R = Tile::kRows, kTileV = Tile::kTileV, kThreads = Tile::kThreads;
-  using Staged = StagedTokens<K, kTileV, IoT>;
-  using Conv = ConvStaging<K, kTileV, IoT>;
-  static_assert(kFitsSharedMemory<Tile, kConv, IoT>,
-                "a block's static shared memory is at most 48 KB: this tile is too tall for these dtypes");
-  static_assert(!kTree || kFormula == OutputFormula::decayed_state, "a tree runs the library's formula");
-  auto& st = shared_object<Staged>();
-  Conv* cs = nullptr;
-  if constexpr (kConv) cs = &shared_object<Conv>();
-
-  const int32_t tile = int32_t(blockIdx.x) % Tile::kTilesPerHead;
-  const int32_t unit = int32_t(blockIdx.x) / Tile::kTilesPerHead;
-  BlockRow b;
-  b.h = unit % p.value_heads;
-  b.n = unit / p.value_heads;
-  b.hq = b.h / (p.value_heads / p.heads);  // grouped heads: value head h reads q/k head h / G
-  b.v0 = tile * kTileV;
+  BlockRow b = unit_row<Tile>(p, unit);
+  const LaneRows<Tile> at = lane_rows<Tile>(b);
+  const SeedAhead<StateT> held = ahead;
+  ahead = {};
   const int32_t T = p.tokens, HV = p.value_heads;
   // Where the tile's outputs start at new token 0, as an offset: with no new tokens (replay's
   // materialize) p.o is null, and offsetting a null pointer is undefined. Tokens are HV * V apart.
@@ -219,37 +179,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_
   const int32_t o_stride = HV * V;
   const bool o_vectors = reinterpret_cast<uintptr_t>(p.o) % kVecBytes == 0;
 
-  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
-  LaneRows<Tile> at;
-  at.group_lane = lane % Tile::kLanes;
-  at.tile_row0 = (warp * Tile::kGroupsPerWarp + lane / Tile::kLanes) * R;
-  at.state_rows = b.h * (int64_t(V) * K) + int64_t(b.v0 + at.tile_row0) * K;
-
-  // The whole seed tile is in registers before any state is written: the seed may be a scratch row
-  // this verify overwrites, or the pool row the replay writes back (SPEC §3). Each element is read and
-  // later written by the same thread only, and no other block touches this tile. With pre-round data it
-  // is loaded before the wait, from where the index build will say it is.
-  StateSlice<Tile> s;
-  const StateT* early_seed = nullptr;
-  ConvRow early_conv;
-  if (p.pre_round.slots != nullptr) {
-    const RowIndices predicted = row_indices(p.pre_round, resolve_row(p.pre_round, b.n, false));
-    const VerifyRow r = predicted_row(p, predicted);
-    const VerifyBases bases = r.padded() ? VerifyBases{} : verify_bases(p, r, b.n, false);
-    if (bases.ok) {
-      early_seed = verify_seed<StateT>(p, r, bases) + at.state_rows;
-      load_state<Tile>(early_seed, at.group_lane, s);
-    }
-    if constexpr (kConv) {
-      early_conv = conv_row_at(p.conv, b.n, predicted.slot, predicted.accept, predicted.parity, false);
-      if (!early_conv.padded()) stage_conv_window<K, kTileV, kThreads, IoT>(p, b, early_conv, *cs);
-    }
-  }
-  if constexpr (kConv) stage_conv_params<K, kTileV, kThreads, IoT>(p, b, *cs);
-  grid_dependency_wait();
-  trigger_dependent_launch();
-
-  const bool report = tile == 0 && b.h == 0 && threadIdx.x == 0;
+  const bool report = b.v0 == 0 && b.h == 0 && threadIdx.x == 0;
   if (p.slot_list != nullptr) {
     // A materialize list is checked for repeats by a scan of the entries before row n: one thread
     // resolves the row and the block shares it (a block is one row's tile, so it is written once).
@@ -273,9 +203,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_
   tree.set(p, b.n, report);
   b.cache_from = b.r.replay > 0 ? state_row(bases.cache, p.token_cache, b.r.replay_from) : nullptr;
   b.cache_to = b.r.cache_to >= 0 ? state_row(bases.cache, p.token_cache, b.r.cache_to) : nullptr;
-  // Loads the index arrays do not confirm are made again.
+  // The whole seed tile is in registers before any state is written: the seed may be a scratch row
+  // this verify overwrites, or the pool row the replay writes back (SPEC §3). Each element is read and
+  // later written by the same thread only, and no other block touches this tile. Reads the index
+  // arrays do not confirm are made again.
   const StateT* seed = verify_seed<StateT>(p, b.r, bases) + at.state_rows;
-  if (seed != early_seed) load_state<Tile>(seed, at.group_lane, s);
+  if (seed != held.from) load_state<Tile>(seed, at.group_lane, s);
+  else if (held.in_shared) load_prefetched<Tile, StateT>(s);
   if constexpr (kConv) {
     if (cr.state != early_conv.state || cr.read != early_conv.read) {
       drain_copies();  // the predicted window lands before its rows are copied again
@@ -317,6 +251,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_
     __pipeline_wait_prior(0);
     __syncthreads();
     store_new_tokens<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st);
+    // After the last chunk's wait, so that no wait before the next unit holds the token loop up for it.
+    if constexpr (kSchedule == VerifySchedule::persistent)
+      if (u0 + kChunkTokens >= U) ahead = prefetch_seed<Tile, StateT>(p, next, units);
 
     if constexpr (kProbe == VerifyProbe::prologue_only) {
       // The seed and the staged inputs are used, so their loads are made; their sum is never this NaN.
@@ -383,16 +320,79 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_
   }
 }
 
-// Enqueues one variant of the family over p's rows: a block per (row, value head, tile).
-template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, class IoT, class StateT>
+// kConv: the short conv fused in (VerifyParams::conv). kTree: the new tokens form a tree (VerifyParams::parent).
+// A block works on unit blockIdx.x, and, persistent, on every gridDim.x-th unit after it.
+template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, class IoT, class StateT,
+          VerifySchedule kSchedule>
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_kernel(const VerifyParams p) {
+  constexpr int K = Tile::kHeadDim, kTileV = Tile::kTileV, kThreads = Tile::kThreads;
+  using Staged = StagedTokens<K, kTileV, IoT>;
+  using Conv = ConvStaging<K, kTileV, IoT>;
+  static_assert(kFitsSharedMemory<Tile, kConv, IoT>,
+                "a block's static shared memory is at most 48 KB: this tile is too tall for these dtypes");
+  static_assert(!kTree || kFormula == OutputFormula::decayed_state, "a tree runs the library's formula");
+  static_assert(!(kTree || kConv) || kSchedule == VerifySchedule::block_a_unit,
+                "persistent blocks are for chains of many waves: a tree's branch slots would share the prefetch "
+                "buffer's dynamic shared memory, and the fused conv's batches (1 to 8) fit one wave");
+  auto& st = shared_object<Staged>();
+  Conv* cs = nullptr;
+  if constexpr (kConv) cs = &shared_object<Conv>();
+  const int64_t units = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
+
+  // With pre-round data the first unit's seed tile (and conv window) is loaded before the wait, from
+  // where the index build will say it is.
+  StateSlice<Tile> s;
+  SeedAhead<StateT> ahead;
+  ConvRow early_conv;
+  const BlockRow first = unit_row<Tile>(p, int32_t(blockIdx.x));
+  if (p.pre_round.slots != nullptr) {
+    const RowIndices predicted = row_indices(p.pre_round, resolve_row(p.pre_round, first.n, false));
+    const VerifyRow r = predicted_row(p, predicted);
+    const VerifyBases bases = r.padded() ? VerifyBases{} : verify_bases(p, r, first.n, false);
+    if (bases.ok) {
+      ahead.from = verify_seed<StateT>(p, r, bases) + lane_rows<Tile>(first).state_rows;
+      load_state<Tile>(ahead.from, lane_rows<Tile>(first).group_lane, s);
+    }
+    if constexpr (kConv) {
+      early_conv = conv_row_at(p.conv, first.n, predicted.slot, predicted.accept, predicted.parity, false);
+      if (!early_conv.padded()) stage_conv_window<K, kTileV, kThreads, IoT>(p, first, early_conv, *cs);
+    }
+  }
+  if constexpr (kConv) stage_conv_params<K, kTileV, kThreads, IoT>(p, first, *cs);
+  grid_dependency_wait();
+  trigger_dependent_launch();
+
+  if constexpr (kSchedule == VerifySchedule::block_a_unit) {
+    verify_unit<Tile, kFormula, kProbe, kConv, kTree, kSchedule>(p, int32_t(blockIdx.x), units, units, s, ahead,
+                                                                 early_conv, st, cs);
+  } else {
+    for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      if (unit != int64_t(blockIdx.x)) __syncthreads();  // the previous unit's staging is consumed first
+      verify_unit<Tile, kFormula, kProbe, kConv, kTree, kSchedule>(p, int32_t(unit), unit + gridDim.x, units, s, ahead,
+                                                                   early_conv, st, cs);
+    }
+  }
+}
+
+// Enqueues one variant of the family over p's rows: a block per (row, value head, tile), or, persistent,
+// as many as the device holds at once by the tile's launch bounds (its multiprocessors times
+// Tile::kMinBlocksPerSm, at most a block a unit), each with its prefetch buffer.
+template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, class IoT, class StateT,
+          VerifySchedule kSchedule = VerifySchedule::block_a_unit>
 cudaError_t launch_verify_tiles(const VerifyParams& p, Launch on) {
-  const int64_t blocks = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
-  require(blocks <= int64_t(INT32_MAX), "launch_verify", "rows", [&] {
+  const int64_t units = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
+  require(units <= int64_t(INT32_MAX), "launch_verify", "rows", [&] {
     return "= " + std::to_string(p.rows) + " with HV = " + std::to_string(p.value_heads) + " needs " +
-           std::to_string(blocks) + " blocks, more than a grid holds";
+           std::to_string(units) + " blocks, more than a grid holds";
   });
-  return launch_kernel_shared(verify_kernel<Tile, kFormula, kProbe, kConv, kTree, IoT, StateT>, unsigned(blocks),
-                              Tile::kThreads, kTree ? tree_branch_bytes<Tile>(p.tokens) : 0, on, p);
+  const auto kernel = verify_kernel<Tile, kFormula, kProbe, kConv, kTree, IoT, StateT, kSchedule>;
+  if constexpr (kSchedule == VerifySchedule::persistent) {
+    const int64_t resident = int64_t(detail::device_multiprocessors()) * Tile::kMinBlocksPerSm;
+    return launch_kernel_shared(kernel, unsigned(units < resident ? units : resident), Tile::kThreads,
+                                kPrefetchBytes<Tile, StateT>, on, p);
+  }
+  return launch_kernel_shared(kernel, unsigned(units), Tile::kThreads, kTree ? tree_branch_bytes<Tile>(p.tokens) : 0,
+                              on, p);
 }
 
 }  // namespace

@@ -40,6 +40,13 @@ enum class VerifyProbe {
   prologue_only,    // no token loop: the seed read, the index and input round trips and the staging
 };
 
+// How a launch's blocks take its units (row, value head, tile): the library launches a block per unit;
+// the sweep also times persistent blocks, as many as the device holds at once (multiprocessors x
+// Tile::kMinBlocksPerSm), each working through units gridDim.x apart with the next unit's seed tile in
+// flight (cp.async into dynamic shared memory) while the current one's tokens run, so that the reads in
+// flight no longer stop at one seed tile a resident block (issue 31: replay, large batches).
+enum class VerifySchedule { block_a_unit, persistent };
+
 template <int K, int kLanes_, int kRows_, int kWarps_, int kMinBlocksPerSm_>
 struct VerifyTile {
   static constexpr int kHeadDim = K;
@@ -69,12 +76,16 @@ __device__ __forceinline__ void load_slice(const float* src, float (&x)[kSlice])
   x[3] = w.w;
 }
 
-__device__ __forceinline__ void load_slice(const bf16* src, float (&x)[kSlice]) {
-  const uint2 w = __ldcg(reinterpret_cast<const uint2*>(src));
+// Four bf16 values, as one 8-byte word holds them, in fp32.
+__device__ __forceinline__ void unpack_bf16x4(uint2 w, float (&x)[kSlice]) {
   x[0] = math::to_f32(bf16{uint16_t(w.x & 0xffffu)});
   x[1] = math::to_f32(bf16{uint16_t(w.x >> 16)});
   x[2] = math::to_f32(bf16{uint16_t(w.y & 0xffffu)});
   x[3] = math::to_f32(bf16{uint16_t(w.y >> 16)});
+}
+
+__device__ __forceinline__ void load_slice(const bf16* src, float (&x)[kSlice]) {
+  unpack_bf16x4(__ldcg(reinterpret_cast<const uint2*>(src)), x);
 }
 
 // Stores a chunk. `streaming`: a post-state, which this round does not read again (the next round
@@ -100,6 +111,13 @@ __device__ __forceinline__ void load4(const float* src, float (&x)[kSlice]) {
   x[1] = w.y;
   x[2] = w.z;
   x[3] = w.w;
+}
+
+// A chunk of state as a cp.async left it in shared memory (the persistent schedule's next seed).
+__device__ __forceinline__ void load_staged_slice(const float* src, float (&x)[kSlice]) { load4(src, x); }
+
+__device__ __forceinline__ void load_staged_slice(const bf16* src, float (&x)[kSlice]) {
+  unpack_bf16x4(*reinterpret_cast<const uint2*>(src), x);
 }
 
 // Sums over the kLanes lanes of an aligned lane group, of kRows values at once (their shuffles are

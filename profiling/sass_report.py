@@ -120,7 +120,7 @@ def demangle(names: List[str]) -> List[str]:
 
 VERIFY = re.compile(r"verify_kernel<verify_detail::VerifyTile<(\d+), (\d+), (\d+), (\d+), (\d+)>, "
                     r"\(verify_detail::OutputFormula\)(\d), \(verify_detail::VerifyProbe\)(\d), (true|false), "
-                    r"(true|false), ([\w:]+), ([\w:]+)>")
+                    r"(true|false), ([\w:]+), ([\w:]+)(?:, \(verify_detail::VerifySchedule\)(\d))?>")
 
 
 def dtype(name: str) -> str:
@@ -129,17 +129,18 @@ def dtype(name: str) -> str:
 
 def readable(demangled: str, mangled: str) -> Tuple[str, int]:
     """A verify kernel as verify_variants.cuh names its member (rows64-lanes16-R4-w8-b2, -post, -nostores,
-    -prologue), its conv and tree switches and io / state dtypes, with the state elements a thread holds;
-    any other kernel by its demangled name (and 0)."""
+    -prologue, -persistent), its conv and tree switches and io / state dtypes, with the state elements a
+    thread holds; any other kernel by its demangled name (and 0)."""
     name = re.sub(r"\(anonymous namespace\)::|kdagraph::", "", demangled)
     m = VERIFY.search(name)
     if not m:
         return (re.sub(r"^void ", "", name).split("(")[0] if demangled != mangled else mangled), 0
-    k, lanes, rows, warps, blocks, formula, probe, conv, tree, io, state = m.groups()
+    k, lanes, rows, warps, blocks, formula, probe, conv, tree, io, state, schedule = m.groups()
     tile_v = int(warps) * (32 // int(lanes)) * int(rows)
     name = f"rows{tile_v}-lanes{lanes}-R{rows}-w{warps}-b{blocks}"
     name += "-post" if formula == "1" else ""
     name += {"1": "-nostores", "2": "-prologue"}.get(probe, "")
+    name += "-persistent" if schedule == "1" else ""
     name += " +conv" if conv == "true" else ""
     name += " +tree" if tree == "true" else ""
     return f"{name} (K {k}, {dtype(io)} / {dtype(state)})", int(rows) * int(k) // int(lanes)

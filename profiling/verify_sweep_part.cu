@@ -26,8 +26,8 @@ SweepMember member() {
   m.probe = V::kProbe != VerifyProbe::none;
   m.tile_rows = V::Tile::kTileV;
   m.threads = V::Tile::kThreads;
-  m.f32_state = &launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, bf16, float>;
-  m.bf16_state = &launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, bf16, bf16>;
+  m.f32_state = &launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, bf16, float, V::kSchedule>;
+  m.bf16_state = &launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, bf16, bf16, V::kSchedule>;
   return m;
 }
 

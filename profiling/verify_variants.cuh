@@ -12,14 +12,17 @@
 
 namespace kdagraph::verify_detail {
 
-template <class TileT, OutputFormula kFormula_ = OutputFormula::decayed_state, VerifyProbe kProbe_ = VerifyProbe::none>
+template <class TileT, OutputFormula kFormula_ = OutputFormula::decayed_state, VerifyProbe kProbe_ = VerifyProbe::none,
+          VerifySchedule kSchedule_ = VerifySchedule::block_a_unit>
 struct VerifyVariant {
   using Tile = TileT;
   static constexpr OutputFormula kFormula = kFormula_;
   static constexpr VerifyProbe kProbe = kProbe_;
+  static constexpr VerifySchedule kSchedule = kSchedule_;
 
   // e.g. "rows64-lanes16-R4-w8-b2": V rows a block, lanes a row, rows a lane group, warps, min blocks an
-  // SM; "-post" for OutputFormula::post_state, "-nostores" and "-prologue" for the probes.
+  // SM; "-post" for OutputFormula::post_state, "-nostores" and "-prologue" for the probes, "-persistent"
+  // for VerifySchedule::persistent.
   static std::string name() {
     std::string n = "rows" + std::to_string(Tile::kTileV) + "-lanes" + std::to_string(Tile::kLanes) + "-R" +
                     std::to_string(Tile::kRows) + "-w" + std::to_string(Tile::kWarps) + "-b" +
@@ -27,6 +30,7 @@ struct VerifyVariant {
     if (kFormula == OutputFormula::post_state) n += "-post";
     if (kProbe == VerifyProbe::no_state_stores) n += "-nostores";
     if (kProbe == VerifyProbe::prologue_only) n += "-prologue";
+    if (kSchedule == VerifySchedule::persistent) n += "-persistent";
     return n;
   }
 };
@@ -35,11 +39,15 @@ template <int K, int kLanes, int kRows, int kWarps, int kMinBlocks>
 using Decayed = VerifyVariant<VerifyTile<K, kLanes, kRows, kWarps, kMinBlocks>>;
 template <int K, int kLanes, int kRows, int kWarps, int kMinBlocks>
 using PostState = VerifyVariant<VerifyTile<K, kLanes, kRows, kWarps, kMinBlocks>, OutputFormula::post_state>;
+template <int K, int kLanes, int kRows, int kWarps, int kMinBlocks>
+using Persistent = VerifyVariant<VerifyTile<K, kLanes, kRows, kWarps, kMinBlocks>, OutputFormula::decayed_state,
+                                 VerifyProbe::none, VerifySchedule::persistent>;
 
 // K = 128 chains: 16 V rows a block (today's tile, 16 lanes a row, and 8 lanes a row in two warps: the
 // fewest instructions a state element in the SASS, results/2026-12-05-sass-sm90.md, for batch 1), 32, 64
 // (the library's wide tile, and 8 lanes a row), a whole head in 512 threads; each with both formulas
-// where it is a question.
+// where it is a question; the library's two tiles persistent, their next seed tile prefetched (for the
+// batches of many waves: 128, replay at 64).
 using ChainVariants128 = std::tuple<
     Decayed<128, 32, 4, 4, 4>, PostState<128, 32, 4, 4, 4>,
     Decayed<128, 16, 2, 4, 4>, PostState<128, 16, 2, 4, 4>,
@@ -49,6 +57,7 @@ using ChainVariants128 = std::tuple<
     Decayed<128, 16, 4, 8, 2>, PostState<128, 16, 4, 8, 2>,
     Decayed<128, 8, 2, 8, 2>,
     Decayed<128, 16, 4, 16, 1>, PostState<128, 16, 4, 16, 1>,
+    Persistent<128, 32, 4, 4, 4>, Persistent<128, 16, 4, 8, 2>,
     VerifyVariant<VerifyTile<128, 32, 4, 4, 4>, OutputFormula::decayed_state, VerifyProbe::no_state_stores>,
     VerifyVariant<VerifyTile<128, 32, 4, 4, 4>, OutputFormula::decayed_state, VerifyProbe::prologue_only>,
     VerifyVariant<VerifyTile<128, 16, 4, 8, 2>, OutputFormula::decayed_state, VerifyProbe::no_state_stores>,
@@ -60,8 +69,9 @@ using ChainVariants128 = std::tuple<
 using ConvVariants128 = std::tuple<Decayed<128, 32, 4, 4, 3>, PostState<128, 32, 4, 4, 3>, Decayed<128, 16, 2, 4, 3>,
                                    Decayed<128, 32, 4, 8, 1>>;
 
-// K = 64 chains (the SIMT tests only: the sweep's shapes are Kimi-Linear's, K = 128).
+// K = 64 chains (the SIMT tests only: the sweep's shapes are Kimi-Linear's, K = 128), bf16 state's
+// 8-byte prefetch copies among them.
 using ChainVariants64 = std::tuple<Decayed<64, 16, 2, 4, 4>, PostState<64, 16, 2, 4, 4>, Decayed<64, 16, 4, 8, 2>,
-                                   Decayed<64, 8, 2, 4, 4>, Decayed<64, 8, 4, 4, 4>>;
+                                   Decayed<64, 8, 2, 4, 4>, Decayed<64, 8, 4, 4, 4>, Persistent<64, 16, 2, 4, 4>>;
 
 }  // namespace kdagraph::verify_detail

@@ -21,10 +21,12 @@ def check(ok, what):
         failures.append(what)
 
 
-# verify_kernel<VerifyTile<128, 32, 4, 4, 4>, decayed_state, none, false, false, bf16, float>, as nvcc
-# mangles the library's copy (kernels/verify.cu).
+# verify_kernel<VerifyTile<128, 32, 4, 4, 4>, decayed_state, none, false, false, bf16, float, block_a_unit>,
+# as nvcc mangles the library's copy (kernels/verify.cu); PERSISTENT, the same tile's persistent member.
 VERIFY = ("_ZN8kdagraph41_GLOBAL__N__591f7c0d_9_verify_cu_36edfe6313verify_kernelINS_13verify_detail10VerifyTileILi128E"
-          "Li32ELi4ELi4ELi4EEELNS2_13OutputFormulaE0ELNS2_11VerifyProbeE0ELb0ELb0ENS_4math4bf16EfEEvNS_12VerifyParamsE")
+          "Li32ELi4ELi4ELi4EEELNS2_13OutputFormulaE0ELNS2_11VerifyProbeE0ELb0ELb0ENS_4math4bf16EfLNS2_14VerifyScheduleE0EEE"
+          "vNS_12VerifyParamsE")
+PERSISTENT = VERIFY.replace("VerifyScheduleE0", "VerifyScheduleE1")
 
 
 def listing(function, body):
@@ -77,6 +79,8 @@ if shutil.which("c++filt") or shutil.which("cu++filt"):
     name, elements = sass_report.readable(sass_report.demangle([VERIFY])[0], VERIFY)
     check(name == "rows16-lanes32-R4-w4-b4 (K 128, bf16 / f32)", f"the member's name: {name}")
     check(elements == 16, f"4 rows of 128 / 32 channels a thread: {elements}")
+    name, _ = sass_report.readable(sass_report.demangle([PERSISTENT])[0], PERSISTENT)
+    check(name == "rows16-lanes32-R4-w4-b4-persistent (K 128, bf16 / f32)", f"the persistent member's name: {name}")
 else:
     print("sass_report_test: no c++filt, the name check is skipped")
 

@@ -51,7 +51,9 @@ LayerVerify library_verify() {
   };
 }
 
-// Member V on the round's parameters, for fp32 and bf16 (io and state alike).
+// Member V on the round's parameters, for fp32 and bf16 (io and state alike). A persistent member runs
+// on a stand-in device of one multiprocessor, so that each of its blocks works through several units
+// (padded rows' among them) and starts all but its first from the seed tile it prefetched.
 template <class V, bool kConv>
 LayerVerify member_verify() {
   return [](const CallerStorage& st, int32_t rows, int32_t layer, const LayerInputs& in, const ConvLayerInputs* conv) {
@@ -59,14 +61,23 @@ LayerVerify member_verify() {
     const VerifyParams p = conv != nullptr
                                ? detail::conv_verify_params(st.spec, st.storage, st.idx, rows, layer, *conv, in, &batch)
                                : detail::round_verify_params(st.spec, st.storage, st.idx, rows, layer, in, &batch);
+    constexpr bool kPersistent = V::kSchedule == VerifySchedule::persistent;
+    simt::Options o = simt::options();
+    if (kPersistent) o.multiprocessors = 1;
+    const simt::ScopedOptions scoped(o);
     cudaError_t e;
     if (p.io_dtype == DType::f32 && p.pool.dtype == DType::f32)
-      e = launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, float, float>(p, nullptr);
+      e = launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, float, float, V::kSchedule>(p, nullptr);
     else if (p.io_dtype == DType::bf16 && p.pool.dtype == DType::bf16)
-      e = launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, bf16, bf16>(p, nullptr);
+      e = launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, bf16, bf16, V::kSchedule>(p, nullptr);
     else
       FAIL() << "the members are built for fp32 and bf16 io and state alike";
     ASSERT_EQ(e, cudaSuccess) << simt::last_error();
+    if (kPersistent) {
+      const int64_t units = int64_t(rows) * p.value_heads * V::Tile::kTilesPerHead;
+      ASSERT_EQ(simt::last_launch().grid.x, unsigned(V::Tile::kMinBlocksPerSm)) << "one multiprocessor's blocks";
+      ASSERT_GE(units, 3 * int64_t(simt::last_launch().grid.x)) << "a block should take three units or more";
+    }
   };
 }
 
