@@ -64,8 +64,12 @@ sweep = [
     row("chain", "rows16-lanes32-R4-w4-b4-post", 300.0, "err 1.0e-03", b=128, fraction=1.07),
     row("modes", "library", 100.0, "library", mode="fused-accept", b=64, hv=16),
     row("modes", "library", 50.0, "library", mode="replay", b=64, hv=16),
+    # replay: a persistent member faster than the library, and one that differs faster still.
+    row("modes", "rows16-lanes32-R4-w4-b4-persistent", 40.0, mode="replay", b=64, hv=16),
+    row("modes", "rows16-broken", 10.0, "DIFFERS (1 words)", mode="replay", b=64, hv=16),
     row("conv", "library", 9.0, "library", mode="fused-accept", hv=16, t=2, b=1),
     row("conv", "unfused", 10.0, "-", mode="fused-accept", hv=16, t=2, b=1),
+    row("conv", "rows64-lanes16-R4-w8-b1", 8.0, mode="fused-accept", hv=16, t=2, b=1),
     row("tree", "library", 11.0, "library", hv=16, t=8, b=1),
     row("tree", "chain", 10.0, "-", hv=16, t=8, b=1),
 ]
@@ -81,7 +85,11 @@ check("library 80%" in aim_line(text, "verify bandwidth") and aim_line(text, "ve
       "the worst library fraction is batch 128's 80%:\n" + text)
 check("2.00x" in aim_line(text, "replay / fused accept") and aim_line(text, "replay / fused accept").endswith("| met |"),
       "replay at 50 us against fused at 100 us:\n" + text)
+check("fastest members 2.50x (replay rows16-lanes32-R4-w4-b4-persistent, fused accept library)"
+      in aim_line(text, "replay / fused accept"), "the fastest exact replay member, 100 / 40:\n" + text)
 check("0.90" in aim_line(text, "fused conv") and aim_line(text, "fused conv").endswith("| miss |"), "9 / 10 > 0.85:\n" + text)
+check("fastest member 0.80 (rows64-lanes16-R4-w8-b1)" in aim_line(text, "fused conv"),
+      "the fastest conv member against the two launches, not the unfused row itself:\n" + text)
 check("1.10" in aim_line(text, "top-4 tree") and aim_line(text, "top-4 tree").endswith("| met |"), "11 / 10 <= 1.2:\n" + text)
 check("3 of 5 aims missed" in text, "five aims, three missed:\n" + text)
 
