@@ -159,7 +159,7 @@ struct TreeBranches<Tile, true> {
 // One unit of a launch, after the grid dependency wait: its row resolved, its seed tile in the lanes'
 // registers (from where `ahead` read it, or read now), its tokens (r.replay cached ones, then the T
 // new ones) staged a chunk at a time, and its post-states and outputs written. Persistent, the seed of
-// unit `next` is prefetched during its last chunk's token loop. `early_conv`: the conv window staged
+// unit `next` is found as the unit starts and prefetched during its last chunk's token loop. `early_conv`: the conv window staged
 // before the wait (the first unit's only).
 template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, VerifySchedule kSchedule,
           class IoT, class StateT>
@@ -216,6 +216,8 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
       stage_conv_window<K, kTileV, kThreads, IoT>(p, b, cr, *cs);
     }
   }
+  const StateT* const next_rows =
+      kSchedule == VerifySchedule::persistent ? next_seed_rows<Tile, StateT>(p, next, units) : nullptr;
   StateT* const pool_rows = const_cast<StateT*>(seed);  // replay writes the applied prefix back here
   const auto post_rows = [&](int32_t write_row) {
     return reinterpret_cast<StateT*>(state_row(bases.scratch, p.scratch, write_row)) + at.state_rows;
@@ -252,8 +254,7 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
     __syncthreads();
     store_new_tokens<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st);
     // After the last chunk's wait, so that no wait before the next unit holds the token loop up for it.
-    if constexpr (kSchedule == VerifySchedule::persistent)
-      if (u0 + kChunkTokens >= U) ahead = prefetch_seed<Tile, StateT>(p, next, units);
+    if (next_rows != nullptr && u0 + kChunkTokens >= U) ahead = prefetch_seed<Tile>(next_rows, at.group_lane);
 
     if constexpr (kProbe == VerifyProbe::prologue_only) {
       // The seed and the staged inputs are used, so their loads are made; their sum is never this NaN.

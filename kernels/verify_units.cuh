@@ -65,27 +65,33 @@ __device__ __forceinline__ StateT* prefetched_chunk(int r, int j) {
   return dynamic_shared<StateT>() + ((r * Tile::kChunks + j) * Tile::kThreads + int(threadIdx.x)) * kSlice;
 }
 
-// The seed tile of the block's next unit, if it has one (it is not padding), into the prefetch buffer
-// as one batch of cp.async, from the index arrays (after the wait: the current unit's). It lies in
-// another (row, head, tile) than any this launch writes before that unit starts. Materialize lists
-// (slot_list) are resolved by one thread with a scan for repeats: their units read their seeds as
-// they start.
+// The lane's first seed row of the block's next unit, from the index arrays (after the wait), or null
+// where there is none to prefetch: no next unit, a padded one, or a materialize list (slot_list: one
+// thread resolves a row there, with a scan for repeats; those units read their seeds as they start).
+// Asked as a unit starts, so that its index loads overlap the unit's own.
 template <class Tile, class StateT>
-__device__ __forceinline__ SeedAhead<StateT> prefetch_seed(const VerifyParams& p, int64_t unit, int64_t units) {
-  if (unit >= units || p.slot_list != nullptr) return {};
+__device__ __forceinline__ const StateT* next_seed_rows(const VerifyParams& p, int64_t unit, int64_t units) {
+  if (unit >= units || p.slot_list != nullptr) return nullptr;
   const BlockRow b = unit_row<Tile>(p, int32_t(unit));
   const VerifyRow r = verify_row(p, b.n, false);
-  if (r.padded()) return {};
+  if (r.padded()) return nullptr;
   const VerifyBases bases = verify_bases(p, r, b.n, false);
-  if (!bases.ok) return {};
-  const LaneRows<Tile> at = lane_rows<Tile>(b);
-  const StateT* rows = verify_seed<StateT>(p, r, bases) + at.state_rows;
+  if (!bases.ok) return nullptr;
+  return verify_seed<StateT>(p, r, bases) + lane_rows<Tile>(b).state_rows;
+}
+
+// The lane's chunks of a seed tile (next_seed_rows) into the prefetch buffer, as one batch of cp.async.
+// The tile lies in another (row, head, tile) than any this launch writes before its unit starts. A
+// 16-byte copy (fp32) goes through L2 only, an 8-byte one (bf16) may be cached in L1 (cp.async.ca):
+// either is fresh, since no block writes the tile before its own unit has read it.
+template <class Tile, class StateT>
+__device__ __forceinline__ SeedAhead<StateT> prefetch_seed(const StateT* rows, int group_lane) {
 #pragma unroll
   for (int i = 0; i < Tile::kRows; ++i)
 #pragma unroll
     for (int j = 0; j < Tile::kChunks; ++j)
       __pipeline_memcpy_async(prefetched_chunk<Tile, StateT>(i, j),
-                              rows + int64_t(i) * Tile::kHeadDim + chunk_channel<Tile>(at.group_lane, j),
+                              rows + int64_t(i) * Tile::kHeadDim + chunk_channel<Tile>(group_lane, j),
                               kSlice * sizeof(StateT));
   __pipeline_commit();
   return {rows, true};
