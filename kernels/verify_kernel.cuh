@@ -351,8 +351,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_
     const VerifyRow r = predicted_row(p, predicted);
     const VerifyBases bases = r.padded() ? VerifyBases{} : verify_bases(p, r, first.n, false);
     if (bases.ok) {
-      ahead.from = verify_seed<StateT>(p, r, bases) + lane_rows<Tile>(first).state_rows;
-      load_state<Tile>(ahead.from, lane_rows<Tile>(first).group_lane, s);
+      const LaneRows<Tile> at = lane_rows<Tile>(first);
+      ahead.from = verify_seed<StateT>(p, r, bases) + at.state_rows;
+      load_state<Tile>(ahead.from, at.group_lane, s);
     }
     if constexpr (kConv) {
       early_conv = conv_row_at(p.conv, first.n, predicted.slot, predicted.accept, predicted.parity, false);

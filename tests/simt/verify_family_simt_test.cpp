@@ -10,7 +10,8 @@
 // prologue_only writes nothing. And the library's own choice of tile, which depends on the batch
 // (verify_tiling), gives the same bits whichever tile it takes.
 //
-// Lanes as OS threads (ThreadSanitizer): the library's two tiles and one other member only, one mode.
+// Lanes as OS threads (ThreadSanitizer): the library's two tiles, one other member and one persistent
+// member (K = 64, its prefetch without a barrier), one mode.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -240,10 +241,12 @@ struct VariantNames {
   }
 };
 
-// Under OS-thread lanes, the members that run: the library's tiles and one more.
+// Under OS-thread lanes, the members that run: the library's tiles (as the library launches them), one
+// more, and the smallest persistent member.
 template <class V>
 bool runs_on_thread_lanes() {
   using Tiles = LibraryTiles<V::Tile::kHeadDim>;
+  if constexpr (V::kSchedule == VerifySchedule::persistent) return V::Tile::kHeadDim == 64;
   return std::is_same_v<typename V::Tile, typename Tiles::narrow> || std::is_same_v<typename V::Tile, typename Tiles::wide> ||
          std::is_same_v<typename V::Tile, VerifyTile<128, 16, 4, 16, 1>>;
 }
