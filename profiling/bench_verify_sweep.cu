@@ -19,7 +19,11 @@
 // Cold medians (L2 flushed before each sample) of CUDA events behind a LaunchGate (profiling/
 // cuda_timing.cuh); bytes are the state transfers of SPEC §7 plus inputs and outputs, against the copy
 // bandwidth measured in the same run.
-//   bench_verify_sweep [--runs N (20)] [--csv FILE] [--md FILE] [--list] [--help]
+// --check runs each member once on a few shapes (profiling::check_grid) and checks it as above, untimed:
+// what gpu_check.sh's compute-sanitizer stages run, so the members' own memory accesses and shared-memory
+// hazards are checked on the device, the persistent members' prefetch among them. --only NAME (again for
+// more) keeps the members whose names hold NAME; the library's verify always runs, as the reference.
+//   bench_verify_sweep [--runs N (20)] [--csv FILE] [--md FILE] [--check] [--only NAME]... [--list] [--help]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -224,18 +228,24 @@ struct Case {
 
 struct Sweep {
   cudaStream_t stream;
-  const Buffer& flush;
+  const Buffer* flush;  // null: --check, nothing is timed
   profiling::SweepResults r;
 
-  double time(const std::function<void()>& launch) { return profiling::median_us(stream, r.runs, &flush, launch); }
+  bool timed() const { return flush != nullptr; }
+  double time(const std::function<void()>& launch) {
+    return timed() ? profiling::median_us(stream, r.runs, flush, launch) : NAN;
+  }
 
   void add(const SweepShape& s, const std::string& member, int tile_rows, double us, double bytes, double library_us,
            std::string check, bool exact, bool probe) {
     r.rows.push_back(SweepRow{s, member, tile_rows, us, bytes / (us * 1e3), library_us, std::move(check), exact, probe});
     const SweepRow& row = r.rows.back();
-    std::printf("%-9s %-12s HV=%2d T=%d batch=%3d state=%-4s %-34s %9.1f us %6.0f GB/s (%3.0f%% of copy) x%.2f %s\n",
-                s.section.c_str(), to_string(s.mode), s.value_heads, s.tokens, s.batch, to_string(s.state),
-                member.c_str(), us, row.gbps, 100.0 * row.gbps / r.copy_gbps, library_us / us, row.check.c_str());
+    std::printf("%-9s %-12s HV=%2d T=%d batch=%3d state=%-4s %-34s ", s.section.c_str(), to_string(s.mode),
+                s.value_heads, s.tokens, s.batch, to_string(s.state), member.c_str());
+    if (timed())
+      std::printf("%9.1f us %6.0f GB/s (%3.0f%% of copy) x%.2f ", us, row.gbps, 100.0 * row.gbps / r.copy_gbps,
+                  library_us / us);
+    std::printf("%s\n", row.check.c_str());
     std::fflush(stdout);
   }
 
@@ -270,23 +280,50 @@ struct Sweep {
   }
 };
 
+// The members whose names hold one of `only` (every member when it is empty).
+std::vector<SweepMember> selected_members(const std::vector<std::string>& only) {
+  std::vector<SweepMember> out;
+  for (const SweepMember& m : profiling::sweep_members())
+    if (only.empty() || std::any_of(only.begin(), only.end(), [&](const std::string& o) {
+          return m.name.find(o) != std::string::npos;
+        }))
+      out.push_back(m);
+  return out;
+}
+
 int run(int argc, char** argv) {
   std::string csv_path, md_path;
+  std::vector<std::string> only;
   int runs = 20;
-  bool list = false;
+  bool list = false, check = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) csv_path = argv[++i];
     else if (a == "--md" && i + 1 < argc) md_path = argv[++i];
     else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
     else if (a == "--list") list = true;
-    else {
+    else if (a == "--check") check = true;
+    else if (a == "--only" && i + 1 < argc) {
+      // Checked as it is parsed, so gpu_check.sh's dry run (these arguments, then --help) sees a name that
+      // no longer matches: a renamed member would otherwise drop out of a sanitizer's subset unseen.
+      only.push_back(argv[++i]);
+      if (selected_members({only.back()}).empty()) {
+        std::fprintf(stderr, "%s: --only %s: no member's name holds it (--list names them)\n", argv[0], argv[i]);
+        return 2;
+      }
+    } else {
       const bool help = a == "--help";  // after the arguments before it parsed: gpu_check.sh's dry run uses it
-      std::fprintf(help ? stdout : stderr, "usage: %s [--runs N] [--csv FILE] [--md FILE] [--list] [--help]\n", argv[0]);
+      std::fprintf(help ? stdout : stderr,
+                   "usage: %s [--runs N] [--csv FILE] [--md FILE] [--check] [--only NAME]... [--list] [--help]\n",
+                   argv[0]);
       return help ? 0 : 2;
     }
   }
-  const std::vector<SweepMember> members = profiling::sweep_members();
+  if (check && !(csv_path.empty() && md_path.empty())) {
+    std::fprintf(stderr, "%s: --check times nothing, so it writes no --csv or --md\n", argv[0]);
+    return 2;
+  }
+  const std::vector<SweepMember> members = selected_members(only);
   if (list) {
     for (const SweepMember& m : members)
       std::printf("%s %s (%d rows a block, %d threads)%s\n", m.conv ? "conv " : "chain", m.name.c_str(), m.tile_rows,
@@ -301,11 +338,26 @@ int run(int argc, char** argv) {
   cudaDeviceProp prop{};
   KDA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const detail::StreamHandle stream = detail::StreamHandle::create(Backend::cuda);
-  const Buffer flush = profiling::device_zeros(std::max<size_t>(size_t(prop.l2CacheSize) * 4, size_t(256) << 20));
-  Sweep sw{stream.cuda(), flush, profiling::SweepResults{runs, profiling::copy_bandwidth_gbps(stream.cuda(), runs), members, {}, 0}};
   char device[320];
   std::snprintf(device, sizeof device, "%s, %d SMs, L2 %d MiB", prop.name, prop.multiProcessorCount,
                 prop.l2CacheSize >> 20);
+  if (check) {
+    Sweep sw{stream.cuda(), nullptr, profiling::SweepResults{1, NAN, members, {}, 0}};
+    std::printf("device: %s; --check: %zu members, once a shape, untimed\n", device, members.size());
+    const auto& [chains, modes, convs, trees] = profiling::check_grid();
+    std::unique_ptr<Case> held;
+    for (const auto* section : {&chains, &modes, &convs, &trees})
+      for (const SweepShape& s : *section) sw.run_shape(s, held);
+    held.reset();
+    std::printf("%d of %zu member runs with the library's formula gave other bits than the library\n", sw.r.mismatches,
+                size_t(std::count_if(sw.r.rows.begin(), sw.r.rows.end(), [](const SweepRow& row) {
+                  return row.exact && row.member != "library";
+                })));
+    return sw.r.mismatches > 0 ? 1 : 0;
+  }
+  const Buffer flush = profiling::device_zeros(std::max<size_t>(size_t(prop.l2CacheSize) * 4, size_t(256) << 20));
+  Sweep sw{stream.cuda(), &flush,
+           profiling::SweepResults{runs, profiling::copy_bandwidth_gbps(stream.cuda(), runs), members, {}, 0}};
   std::printf("device: %s; copy %.0f GB/s; %zu members\n", device, sw.r.copy_gbps, members.size());
 
   const profiling::SweepGrid grid = profiling::sweep_grid();

@@ -88,8 +88,8 @@ stage round_bench 75 kdagraph_cli
 stage fla_peer 40 _kdagraph _kdagraph_stub kdagraph_cli
 stage sweep_report 5
 stage memcheck 40 indices_cuda_test accept_cuda_test state_copy_cuda_test verify_cuda_test verifier_cuda_test \
-  conv_cuda_test ops_cuda_test graph_runner_cuda_test kdagraph_cli
-stage racecheck 15 verify_cuda_test ops_cuda_test kdagraph_cli
+  conv_cuda_test ops_cuda_test graph_runner_cuda_test kdagraph_cli bench_verify_sweep
+stage racecheck 15 verify_cuda_test ops_cuda_test kdagraph_cli bench_verify_sweep
 RETURNED=(summary.md gpu_logs.tar.gz bench_verify_cuda.csv kdagraph_bench_kimi-linear-48b-tp2.csv
   kdagraph_bench_kimi-linear-48b.csv fla_peer.csv verify_sweep.csv)
 # Targets that exist only when an option is on: where it is off, the build leaves them out (and says so).
@@ -421,7 +421,7 @@ stage_sweep_report() {
 }
 
 # sanitize TOOL SPEC...: compute-sanitizer over every SPEC at once, one log each. A SPEC is BINARY:FILTER (a
-# gtest subset of tests/BINARY) or "kdagraph ARGS" (the command line). The note tells the sanitizer's
+# gtest subset of tests/BINARY), "kdagraph ARGS" (the command line) or "profiling/PROGRAM ARGS" (a benchmark). The note tells the sanitizer's
 # findings (its exit status 99) apart from a program that failed on its own.
 sanitize() {
   local tool=$1
@@ -433,6 +433,10 @@ sanitize() {
       read -r -a cmd <<<"${spec#kdagraph }"
       cmd=("$BUILD/tools/kdagraph" "${cmd[@]}")
       name=kdagraph_${#logs[@]}
+    elif [[ "$spec" == profiling/* ]]; then
+      read -r -a cmd <<<"$spec"
+      name=${cmd[0]#profiling/}_${#logs[@]}
+      cmd[0]=$BUILD/${cmd[0]}
     else
       name=${spec%%:*}
       cmd=("$BUILD/tests/$name" --gtest_filter="${spec#*:}" --gtest_brief=1)
@@ -467,7 +471,9 @@ sanitize() {
 # chunks), the Verifier's three modes, conv, and the ops over caller views (a device layer table with a
 # null entry); fused accept, two-phase and replay through the ops and the engine's graphs with the conv
 # fused in; a replayed graph that clamps a corrupt accept length; token trees through the command line
-# (fused accept with the conv fused, replay with it unfused across the tree kernel's 8-token chunk).
+# (fused accept with the conv fused, replay with it unfused across the tree kernel's 8-token chunk); every
+# member of the verify family once on a few shapes (bench_verify_sweep --check: the persistent members'
+# prefetch past a block's last unit, the dynamic shared memory the tall tiles opt in to).
 stage_memcheck() {
   sanitize memcheck \
     "indices_cuda_test:*" \
@@ -479,16 +485,21 @@ stage_memcheck() {
     "ops_cuda_test:OpsCuda.*:*MatchTheVerifierBitwise/sglang:ConvVerifyCuda.FusedMatchesUnfusedForTheSanitizers" \
     "graph_runner_cuda_test:GraphRunnerCuda.CorruptAcceptLengthIsRecordedInTheMappedErrorWord" \
     "kdagraph run --backend cuda --check --tree 2 --draft 5 --batch 4 --rounds 4 --vary-batch --retire-rate 0.2" \
-    "kdagraph run --backend cuda --check --tree 3 --draft 9 --batch 3 --rounds 3 --mode replay --unfused-conv"
+    "kdagraph run --backend cuda --check --tree 3 --draft 9 --batch 3 --rounds 3 --mode replay --unfused-conv" \
+    "profiling/bench_verify_sweep --check"
 }
 
 # Only the verify kernels share memory between threads (ptxas: smem): the chain alone and with the conv
-# fused in, in every mode, and the tree kernel (fused accept, and replay's path replay).
+# fused in, in every mode, the tree kernel (fused accept, and replay's path replay), and the family's
+# members that the library does not launch and whose shared memory is new: the persistent ones (a seed
+# prefetched by cp.async into dynamic shared memory while the unit before still runs) and the conv's
+# 64-row tile.
 stage_racecheck() {
   sanitize racecheck "verify_cuda_test:*K128_T2_G2:VerifyCuda.LongDraftsStagedInChunks" \
     "ops_cuda_test:ConvVerifyCuda.FusedMatchesUnfusedForTheSanitizers" \
     "kdagraph run --backend cuda --tree 2 --draft 5 --batch 2 --rounds 2" \
-    "kdagraph run --backend cuda --tree 2 --draft 3 --batch 2 --rounds 3 --mode replay"
+    "kdagraph run --backend cuda --tree 2 --draft 3 --batch 2 --rounds 3 --mode replay" \
+    "profiling/bench_verify_sweep --check --only persistent --only rows64-lanes16-R4-w8-b1"
 }
 
 source "$ROOT/profiling/gpu_check_runner.sh"

@@ -67,6 +67,10 @@ struct SweepGrid {
   std::vector<SweepShape> chains, modes, convs, trees;
 };
 SweepGrid sweep_grid();
+// The shapes of `bench_verify_sweep --check` (each member once, untimed, for compute-sanitizer): chains
+// and two-phase and replay at batch 32, HV 16, T 4, where every persistent member's blocks take several
+// units (an H200's 132 SMs: 528 or 264 blocks for 4096 or 1024 units), and the conv at batch 8.
+SweepGrid check_grid();
 inline constexpr int32_t kSweepTreeTopK = 4;
 
 struct SweepRow {

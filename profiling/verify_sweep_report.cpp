@@ -46,6 +46,16 @@ SweepGrid sweep_grid() {
   return g;
 }
 
+SweepGrid check_grid() {
+  SweepGrid g;
+  for (DType state : {DType::f32, DType::bf16}) g.chains.push_back(SweepShape{"chain", Mode::fused_accept, 16, 4, 32, state});
+  for (Mode m : {Mode::two_phase, Mode::replay}) g.modes.push_back(SweepShape{"modes", m, 16, 4, 32});
+  SweepShape conv{"conv", Mode::fused_accept, 16, 4, 8};
+  conv.conv = true;
+  g.convs.push_back(conv);
+  return g;
+}
+
 namespace {
 
 std::string shape_key(const SweepShape& s) {

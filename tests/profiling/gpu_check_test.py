@@ -98,6 +98,8 @@ def dry_run_checks_every_stage():
                    r"dry: ok +tools/kdagraph run --backend cuda --check --tree .*--mode replay.*: arguments accepted",
                    r"dry: ok +\S+ -m pytest .*tests/python",
                    r"dry: ok +profiling/bench_verify_sweep --csv \S+ --md \S+: arguments accepted",
+                   r"dry: ok +profiling/bench_verify_sweep --check: arguments accepted",
+                   r"dry: ok +profiling/bench_verify_sweep --check --only persistent .*: arguments accepted",
                    r"dry: ok +profiling/sweep_report.py .*--dry-run"):
         check(re.search(needle, p.stdout), f"no line like {needle!r} in the dry run:\n{p.stdout}")
 
@@ -119,6 +121,9 @@ MUTANTS = {
     "a_capture_option_it_lacks": ("--graph-memory-copies", "--graph-memory-copy", {}, "capture"),
     "a_python_test_folder_that_is_gone": ('"$ROOT/tests/python"', '"$ROOT/tests/pythn"', {}, "python_tests"),
     "a_sweep_option_it_lacks": ('--md "$WORK/verify_sweep.md"', '--mdd "$WORK/verify_sweep.md"', {}, "verify_sweep"),
+    # A family member renamed or dropped: the sanitizer's subset would otherwise run without it.
+    "a_sanitized_member_no_longer_in_the_family": ("--only rows64-lanes16-R4-w8-b1", "--only rows64-lanes16-R4-w8-b9",
+                                                   {}, "racecheck"),
 }
 
 
