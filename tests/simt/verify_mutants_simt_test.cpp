@@ -7,6 +7,12 @@
 //   lane_off_by_one     group_lane = lane % kGroupLanes + 1
 //   early_inputs        the grid-dependency wait below the first chunk's staging: the round's inputs are
 //                       read above it (run after the kernel that writes them, tests/simt/pdl_case.h)
+// and, on the persistent schedule (the sweep's members; a block works through several units, each
+// seeded from the tile the unit before prefetched, tests/simt/persistent_members.h), beside its
+// unbroken copy, which must pass every check:
+//   persistent_unwaited_prefetch    the prefetched seed read without waiting for its copies
+//   persistent_prefetch_wrong_rows  the unit's own seed rows prefetched in place of the next unit's
+//   persistent_no_unit_barrier      no barrier between a block's units (staging overwritten mid-loop)
 // With fibers every schedule runs and each outcome is printed; a mutant passes when at least one
 // schedule catches it (the regular tests rotate schedules, so they would too). With OS threads
 // (ThreadSanitizer) it runs once: a TSan report also counts, which ctest reads from the output.
@@ -27,6 +33,10 @@ cudaError_t launch_verify_no_staging_barrier(const VerifyParams& p, Launch on);
 cudaError_t launch_verify_no_copy_wait(const VerifyParams& p, Launch on);
 cudaError_t launch_verify_lane_off_by_one(const VerifyParams& p, Launch on);
 cudaError_t launch_verify_early_inputs(const VerifyParams& p, Launch on);
+cudaError_t launch_persistent_persistent_intact(const VerifyParams& p, Launch on);
+cudaError_t launch_persistent_persistent_unwaited_prefetch(const VerifyParams& p, Launch on);
+cudaError_t launch_persistent_persistent_prefetch_wrong_rows(const VerifyParams& p, Launch on);
+cudaError_t launch_persistent_persistent_no_unit_barrier(const VerifyParams& p, Launch on);
 }  // namespace kdagraph
 
 namespace kdagraph::test {
@@ -41,6 +51,18 @@ Run plain(Launcher launch) {
     if (launch(c.params(), nullptr) != cudaSuccess) error = simt::last_error();
     c.o.sync_values();
     c.scratch.sync_values();
+  };
+}
+
+// On a stand-in device of one multiprocessor: the persistent members' grid is then one multiprocessor's
+// blocks (4), fewer than the case's units (2 rows x 4 or 8 tiles), so every block takes two units or more
+// and seeds all but its first from its prefetch.
+Run persistent(Launcher launch) {
+  return [launch](VerifyCase& c, std::string& error) {
+    simt::Options o = simt::options();
+    o.multiprocessors = 1;
+    const simt::ScopedOptions scoped(o);
+    plain(launch)(c, error);
   };
 }
 
@@ -105,6 +127,32 @@ TEST(VerifyMutantsSimt, StagingBarrierRemoved) {
 }
 TEST(VerifyMutantsSimt, CopyWaitRemoved) { expect_caught("no_copy_wait", plain(launch_verify_no_copy_wait)); }
 TEST(VerifyMutantsSimt, LaneIndexOffByOne) { expect_caught("lane_off_by_one", plain(launch_verify_lane_off_by_one)); }
+
+// The harness itself: the unbroken persistent kernel passes every check in every schedule, with each
+// block working through two units or more (else the mutants below would prove nothing).
+TEST(VerifyMutantsSimt, PersistentUnbrokenPasses) {
+  for (int K : {64, 128}) {
+    if (K == 128 && threads_lanes()) continue;  // as expect_caught: K = 64 only under OS threads
+    for (simt::Schedule sched : {simt::Schedule::ascending, simt::Schedule::descending, simt::Schedule::random}) {
+      if (sched != simt::Schedule::ascending && threads_lanes()) continue;
+      simt::ScopedOptions opt({simt::options().lanes, sched});
+      const CaseShape s = mutant_shape(K);
+      EXPECT_EQ(outcome(persistent(launch_persistent_persistent_intact), s), "") << "K=" << K << " " << to_string(sched);
+      const int64_t units = int64_t(s.rows) * s.value_heads * (K / 16);  // the members' 16-row tiles
+      EXPECT_EQ(simt::last_launch().grid.x, 4u) << "one multiprocessor's blocks";
+      EXPECT_GE(units, 2 * int64_t(simt::last_launch().grid.x)) << "each block should take two units or more";
+    }
+  }
+}
+TEST(VerifyMutantsSimt, PersistentPrefetchReadBeforeItLands) {
+  expect_caught("persistent_unwaited_prefetch", persistent(launch_persistent_persistent_unwaited_prefetch));
+}
+TEST(VerifyMutantsSimt, PersistentPrefetchFromTheWrongRows) {
+  expect_caught("persistent_prefetch_wrong_rows", persistent(launch_persistent_persistent_prefetch_wrong_rows));
+}
+TEST(VerifyMutantsSimt, PersistentUnitsWithoutABarrierBetween) {
+  expect_caught("persistent_no_unit_barrier", persistent(launch_persistent_persistent_no_unit_barrier));
+}
 
 // [TAG_PDL] Each input read above the wait shows alone: with only q poisoned until the kernel before the
 // verify writes it, and with only beta.
