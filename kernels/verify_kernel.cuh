@@ -10,8 +10,8 @@
 // tokens: a lane group of kLanes lanes shares kRows V rows, each lane keeping kChunks chunks of 4 key
 // channels of each (16 bytes of fp32 a chunk). The update's arithmetic is kernels/verify_update.cuh, the
 // staging of the inputs (and of the fused conv) kernels/verify_staging.cuh, the seed tile's loads and
-// stores kernels/verify_units.cuh; the seed tile is read once and every post-state written once (the
-// 1 + T transfers of SPEC §7).
+// stores kernels/verify_units.cuh, a token tree's branch states kernels/verify_tree_branches.cuh; the
+// seed tile is read once and every post-state written once (the 1 + T transfers of SPEC §7).
 //
 // [TAG_PDL] Before grid_dependency_wait() a block reads only what earlier rounds wrote (SPEC §5): the
 // conv weights, and, where pre-round data says where they are, its first unit's seed tile and conv
@@ -33,6 +33,7 @@
 #include "kernels/launch_checks.h"
 #include "kernels/verify.h"
 #include "kernels/verify_staging.cuh"
+#include "kernels/verify_tree_branches.cuh"
 #include "kernels/verify_units.cuh"
 #include "kernels/verify_update.cuh"
 
@@ -91,76 +92,11 @@ __device__ __forceinline__ void store_outputs(IoT* dst, const float (&out)[kRows
   for (int r = 0; r < kRows; ++r) dst[r] = math::from_f32<IoT>(out[r]);
 }
 
-// [TAG_TREE] SPEC §12: a token tree's branch states (VerifyParams::parent). A lane keeps its slice of the
-// current state in registers as for a chain; where a later token branches from a state other than the
-// one before it, that state's slice is kept aside, and the token starts from it. Kept in fp32 in the
-// block's dynamic shared memory, in tree_slot_count(T) slots that tree_branch_slots (kernels/tree.h)
-// reuses once a state's last reader has read it, not reloaded from the post-state's scratch row: that
-// row holds the state dtype (bf16 rounds it), replay has no scratch, and each token must continue from
-// its parent's state exactly as a chain of its path would (a path of the tree is bitwise that chain, in
-// every mode). A slot holds every thread's slice, element-major so that a warp's accesses fall in
-// distinct banks; only the thread that stored a value reads it back, so no barrier is needed. Every
-// thread assigns the slots itself, from the row's parents, in registers (local memory had held 17
-// slices a thread). launch_verify_tiles sizes the memory (tree_branch_bytes).
-template <class Tile, bool kTree>
-struct TreeBranches {  // a chain: nothing kept, nothing reloaded
-  __device__ void set(const VerifyParams&, int32_t, bool) {}
-  __device__ void keep(int32_t, const StateSlice<Tile>&) {}
-  __device__ void enter(int32_t, StateSlice<Tile>&) const {}
-};
-
-template <class Tile>
-constexpr int kSliceFloats = Tile::kRows * Tile::kChunks * kSlice;
-
-// The dynamic shared memory a tree verify of `tokens` new tokens keeps its branch states in.
-template <class Tile>
-constexpr size_t tree_branch_bytes(int32_t tokens) {
-  return size_t(tree_slot_count(tokens)) * Tile::kThreads * kSliceFloats<Tile> * sizeof(float);
-}
-
-template <class Tile>
-struct TreeBranches<Tile, true> {
-  const int32_t* parent = nullptr;  // the row's [T]
-  TreeSlots slots;
-  float* kept = nullptr;  // this thread's first element of slot 0
-
-  __device__ void set(const VerifyParams& p, int32_t n, bool report) {
-    parent = p.parent + int64_t(n) * p.tokens;
-    slots = tree_branch_slots(parent, p.tokens);
-    kept = dynamic_shared<float>() + threadIdx.x;
-    if (report)
-      for (int32_t t = 0; t < p.tokens; ++t) checked_parent(parent, t, n, p.errors, true);
-  }
-  // The state the new tokens start from (j = 0), or new token j - 1's post-state.
-  __device__ void keep(int32_t j, const StateSlice<Tile>& s) {
-    if ((slots.kept >> j & 1u) == 0) return;
-    float* slot = kept + slots.of(j) * (kSliceFloats<Tile> * Tile::kThreads);
-#pragma unroll
-    for (int r = 0; r < Tile::kRows; ++r)
-#pragma unroll
-      for (int c = 0; c < Tile::kChunks; ++c)
-#pragma unroll
-        for (int e = 0; e < kSlice; ++e) slot[((r * Tile::kChunks + c) * kSlice + e) * Tile::kThreads] = s[r][c][e];
-  }
-  // Before new token t's update (t >= 1): its parent's state, where that is not the state in hand.
-  __device__ void enter(int32_t t, StateSlice<Tile>& s) const {
-    const int32_t pt = checked_parent(parent, t, 0, nullptr, false);
-    if (pt == t - 1) return;
-    const float* slot = kept + slots.of(pt + 1) * (kSliceFloats<Tile> * Tile::kThreads);
-#pragma unroll
-    for (int r = 0; r < Tile::kRows; ++r)
-#pragma unroll
-      for (int c = 0; c < Tile::kChunks; ++c)
-#pragma unroll
-        for (int e = 0; e < kSlice; ++e) s[r][c][e] = slot[((r * Tile::kChunks + c) * kSlice + e) * Tile::kThreads];
-  }
-};
-
 // One unit of a launch, after the grid dependency wait: its row resolved, its seed tile in the lanes'
 // registers (from where `ahead` read it, or read now), its tokens (r.replay cached ones, then the T
 // new ones) staged a chunk at a time, and its post-states and outputs written. Persistent, the seed of
-// unit `next` is found as the unit starts and prefetched during its last chunk's token loop. `early_conv`: the conv window staged
-// before the wait (the first unit's only).
+// unit `next` is found as the unit starts and prefetched during its last chunk's token loop.
+// `early_conv`: the conv window staged before the wait (the first unit's only).
 template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, VerifySchedule kSchedule,
           class IoT, class StateT>
 __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit, int64_t next, int64_t units,
