@@ -21,9 +21,13 @@
 // bandwidth measured in the same run.
 // --check runs each member once on a few shapes (profiling::check_grid) and checks it as above, untimed:
 // what gpu_check.sh's compute-sanitizer stages run, so the members' own memory accesses and shared-memory
-// hazards are checked on the device, the persistent members' prefetch among them. --only NAME (again for
-// more) keeps the members whose names hold NAME; the library's verify always runs, as the reference.
-//   bench_verify_sweep [--runs N (20)] [--csv FILE] [--md FILE] [--check] [--only NAME]... [--list] [--help]
+// hazards are checked on the device, the persistent members' prefetch among them. --shapes picks the
+// grid: sweep (the default when timed), check (the default with --check) or aims (a shape an aim, for a
+// profiler: gpu_check.sh's opt-in profile stage; untimed, each line of output is one verify launch).
+// --only NAME (again for more) keeps the members whose names hold NAME; the library's verify always
+// runs, as the reference.
+//   bench_verify_sweep [--runs N (20)] [--csv FILE] [--md FILE] [--check] [--shapes sweep|check|aims]
+//                      [--only NAME]... [--list] [--help]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -294,6 +298,7 @@ std::vector<SweepMember> selected_members(const std::vector<std::string>& only) 
 int run(int argc, char** argv) {
   std::string csv_path, md_path;
   std::vector<std::string> only;
+  std::string shapes;
   int runs = 20;
   bool list = false, check = false;
   for (int i = 1; i < argc; ++i) {
@@ -303,6 +308,10 @@ int run(int argc, char** argv) {
     else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
     else if (a == "--list") list = true;
     else if (a == "--check") check = true;
+    else if (a == "--shapes" && i + 1 < argc && (std::string(argv[i + 1]) == "sweep" ||
+                                                  std::string(argv[i + 1]) == "check" ||
+                                                  std::string(argv[i + 1]) == "aims"))
+      shapes = argv[++i];
     else if (a == "--only" && i + 1 < argc) {
       // Checked as it is parsed, so gpu_check.sh's dry run (these arguments, then --help) sees a name that
       // no longer matches: a renamed member would otherwise drop out of a sanitizer's subset unseen.
@@ -314,7 +323,8 @@ int run(int argc, char** argv) {
     } else {
       const bool help = a == "--help";  // after the arguments before it parsed: gpu_check.sh's dry run uses it
       std::fprintf(help ? stdout : stderr,
-                   "usage: %s [--runs N] [--csv FILE] [--md FILE] [--check] [--only NAME]... [--list] [--help]\n",
+                   "usage: %s [--runs N] [--csv FILE] [--md FILE] [--check] [--shapes sweep|check|aims] "
+                   "[--only NAME]... [--list] [--help]\n",
                    argv[0]);
       return help ? 0 : 2;
     }
@@ -323,6 +333,10 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "%s: --check times nothing, so it writes no --csv or --md\n", argv[0]);
     return 2;
   }
+  if (shapes.empty()) shapes = check ? "check" : "sweep";
+  const profiling::SweepGrid grid = shapes == "check"  ? profiling::check_grid()
+                                    : shapes == "aims" ? profiling::aims_grid()
+                                                       : profiling::sweep_grid();
   const std::vector<SweepMember> members = selected_members(only);
   if (list) {
     for (const SweepMember& m : members)
@@ -343,8 +357,9 @@ int run(int argc, char** argv) {
                 prop.l2CacheSize >> 20);
   if (check) {
     Sweep sw{stream.cuda(), nullptr, profiling::SweepResults{1, NAN, members, {}, 0}};
-    std::printf("device: %s; --check: %zu members, once a shape, untimed\n", device, members.size());
-    const auto& [chains, modes, convs, trees] = profiling::check_grid();
+    std::printf("device: %s; --check: %zu members, once a shape (--shapes %s), untimed\n", device, members.size(),
+                shapes.c_str());
+    const auto& [chains, modes, convs, trees] = grid;
     std::unique_ptr<Case> held;
     for (const auto* section : {&chains, &modes, &convs, &trees})
       for (const SweepShape& s : *section) sw.run_shape(s, held);
@@ -360,7 +375,6 @@ int run(int argc, char** argv) {
            profiling::SweepResults{runs, profiling::copy_bandwidth_gbps(stream.cuda(), runs), members, {}, 0}};
   std::printf("device: %s; copy %.0f GB/s; %zu members\n", device, sw.r.copy_gbps, members.size());
 
-  const profiling::SweepGrid grid = profiling::sweep_grid();
   const auto& [chains, modes, convs, trees] = grid;
   std::unique_ptr<Case> held;
   for (const SweepShape& s : chains) sw.run_shape(s, held);

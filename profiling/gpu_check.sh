@@ -19,6 +19,9 @@
 #   profiling/gpu_check.sh                                    the whole check
 #   KDA_STAGES=build,memcheck profiling/gpu_check.sh          a targeted rerun (the others: "not selected");
 #                                                             the build makes only the chosen stages' targets
+#   KDA_STAGES=environment,configure,build,profile profiling/gpu_check.sh
+#                                                             the opt-in profile stage (Nsight Compute on the
+#                                                             verify at the aims' shapes), in a second call
 #   KDA_DRY_RUN=1 KDA_BUILD_DIR=build profiling/gpu_check.sh  no GPU: checks every stage's command lines
 #                                                             against a configured CUDA build (CI runs it)
 # More settings: KDA_BUILD_DIR (build-gpu), KDA_JOBS (nproc), KDA_PYTHON (python3), KDA_COMMIT (recorded
@@ -64,14 +67,20 @@ command -v nvcc >/dev/null || { [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH
 # (its commands through `x`, so the dry run checks them), add its line here and lower other caps so the
 # total stays within the budget; a file it wants back goes into RETURNED (at most 8 with
 # the tarball).
+# opt_in_stage: the same, but run only when KDA_STAGES names it (and by the dry run), outside the
+# budget's sum: for a targeted second call, when the first has shown what to look into.
 STAGE_NAMES=()
-declare -A STAGE_CAP STAGE_TARGETS
+declare -A STAGE_CAP STAGE_TARGETS STAGE_OPT_IN
 stage() {
   local name=$1 cap=$2
   shift 2
   STAGE_NAMES+=("$name")
   STAGE_CAP[$name]=$cap
   STAGE_TARGETS[$name]="$*"
+}
+opt_in_stage() {
+  stage "$@"
+  STAGE_OPT_IN[$1]=1
 }
 stage environment 10
 stage configure 20
@@ -90,6 +99,7 @@ stage sweep_report 5
 stage memcheck 40 indices_cuda_test accept_cuda_test state_copy_cuda_test verify_cuda_test verifier_cuda_test \
   conv_cuda_test ops_cuda_test graph_runner_cuda_test kdagraph_cli bench_verify_sweep
 stage racecheck 15 verify_cuda_test ops_cuda_test kdagraph_cli bench_verify_sweep
+opt_in_stage profile 150 bench_verify_sweep
 RETURNED=(summary.md gpu_logs.tar.gz bench_verify_cuda.csv kdagraph_bench_kimi-linear-48b-tp2.csv
   kdagraph_bench_kimi-linear-48b.csv fla_peer.csv verify_sweep.csv)
 # Targets that exist only when an option is on: where it is off, the build leaves them out (and says so).
@@ -106,7 +116,14 @@ if [[ -n "$SELECTED" ]]; then
     fi
   done
 fi
-selected() { [[ -z "$SELECTED" || ",$SELECTED," == *",$1,"* ]]; }
+# Named in KDA_STAGES, or, with none named, every stage but the opt-in ones (the dry run checks those too).
+selected() {
+  if [[ -n "$SELECTED" ]]; then
+    [[ ",$SELECTED," == *",$1,"* ]]
+  else
+    ((DRY)) || [[ -z "${STAGE_OPT_IN[$1]:-}" ]]
+  fi
+}
 
 # ---- the stages ----------------------------------------------------------------------------------------
 gtest_source() {
@@ -417,6 +434,42 @@ stage_sweep_report() {
     --md "$WORK/sweep_report.md"
   local rc=$?
   [[ -f "$WORK/sweep_report.md" ]] && section <"$WORK/sweep_report.md"
+  return "$rc"
+}
+
+# ncu (Nsight Compute): on PATH, beside nvcc, or where the toolkit installs it.
+ncu_path() {
+  local path
+  command -v ncu && return
+  for path in "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/ncu" /usr/local/cuda/bin/ncu \
+    /opt/nvidia/nsight-compute/*/ncu; do
+    [[ -x "$path" ]] && { echo "$path"; return; }
+  done
+  return 1
+}
+
+# Opt-in (a second call): why the verify misses an aim (issue 31), from Nsight Compute's counters for the
+# library's verify and the persistent members on one shape an aim (bench_verify_sweep --check --shapes
+# aims: each line it prints is one verify launch, the order ncu sees them in). A table of time, DRAM
+# traffic and throughput, achieved occupancy and SM throughput (profiling/ncu_table.py), then the same
+# kernels' sections (memory workload, occupancy, warp states: where the warps stall) in the logs.
+# --clock-control none: the clocks the sweep ran at (the device README asks to leave them alone).
+NCU_METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__registers_per_thread
+stage_profile() {
+  local ncu rc=0 program=("$BUILD/profiling/bench_verify_sweep" --check --shapes aims --only persistent)
+  ncu=$(ncu_path) || { unavailable "ncu (Nsight Compute) is not installed"; ncu=ncu; }
+  x "$ncu" --clock-control none --kernel-name regex:verify_kernel --metrics "$NCU_METRICS" --csv --page raw \
+    --print-units base --log-file "$WORK/profile_ncu.csv" "${program[@]}" >"$WORK/profile_program.txt" || rc=1
+  x "$PYTHON" "$ROOT/profiling/ncu_table.py" "$WORK/profile_ncu.csv" "$WORK/profile_program.txt" \
+    --md "$WORK/profile.md" || rc=1
+  x "$ncu" --clock-control none --kernel-name regex:verify_kernel --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section SchedulerStats \
+    --log-file "$WORK/profile_sections.txt" "${program[@]}" >/dev/null || rc=1
+  [[ -f "$WORK/profile.md" ]] && {
+    echo "Nsight Compute, the verify at the aims' shapes (library and persistent members; sections in profile_sections.txt):"
+    echo
+    cat "$WORK/profile.md"
+  } | section
   return "$rc"
 }
 

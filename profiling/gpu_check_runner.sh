@@ -65,7 +65,7 @@ dry_check() {
     while [[ "${argv[0]}" == *=* ]]; do argv=("${argv[@]:1}"); done
   fi
   local prog=${argv[0]} args=("${argv[@]:1}") kind
-  # The build's programs by path, the others by name (compute-sanitizer may be called by its full path).
+  # The build's programs by path, the others by name (compute-sanitizer and ncu may be called by their full paths).
   case "$prog" in
     "$BUILD"/*) kind=build ;;
     "$PYTHON") kind=python ;;
@@ -73,16 +73,16 @@ dry_check() {
   esac
   case "$kind" in
     build) dry_build_output "$prog" "${args[@]}" ;;
-    compute-sanitizer)
+    compute-sanitizer | ncu)
       local i
       for i in "${!args[@]}"; do
         if [[ "${args[$i]}" == "$BUILD"/* ]]; then
-          echo "dry: note  compute-sanitizer ${args[*]:0:$i} (its options are checked where it is installed)" >&2
+          echo "dry: note  $kind ${args[*]:0:$i} (its options are checked where it is installed)" >&2
           dry_check "${args[@]:$i}"
           return
         fi
       done
-      dry_fail "compute-sanitizer ${args[*]}: no program of the build to run"
+      dry_fail "$kind ${args[*]}: no program of the build to run"
       ;;
     cmake)
       local a name bad=0
@@ -178,13 +178,14 @@ CAPTURE_FAILURE='cudaErrorStreamCapture|stream is capturing|capture.*(invalidate
 RESULTS=() SECONDS_USED=() FAILED=0 UNAVAILABLE_ANY=0
 
 # run_stage NAME: stage_NAME in its own process group under its cap (or what is left of the budget),
-# output to $WORK/NAME.log; records PASS, FAIL (status), TIMEOUT, UNAVAILABLE or "not selected". The
-# lazy-loading rerun sets KDA_RETRY=1, so a stage of many tests can run only those that failed.
+# output to $WORK/NAME.log; records PASS, FAIL (status), TIMEOUT, UNAVAILABLE or "not selected" ("opt-in,
+# not selected"). The lazy-loading rerun sets KDA_RETRY=1, so a stage of many tests can run only those
+# that failed.
 run_stage() {
   STAGE=$1
   local cap=${STAGE_CAP[$STAGE]} log="$WORK/$STAGE.log" t0 rc result
   if ! selected "$STAGE"; then
-    RESULTS+=("not selected") SECONDS_USED+=(0)
+    RESULTS+=("${STAGE_OPT_IN[$STAGE]:+opt-in, }not selected") SECONDS_USED+=(0)
     return
   fi
   t0=$(date +%s)
@@ -254,12 +255,21 @@ run_limited() {
   return 124
 }
 
-# The whole plan against its limits: the caps within the budget, at most 8 files back.
+# The whole plan against its limits: the caps within the budget (an opt-in stage's alone), at most 8 files
+# back.
 check_plan() {
-  local total=0 name
+  local total=0 name plan=() opt_in=()
   # shellcheck disable=SC2004  # an associative array's key needs its $
-  for name in "${STAGE_NAMES[@]}"; do total=$((total + STAGE_CAP[$name])); done
-  echo "stages: ${STAGE_NAMES[*]}; caps ${total} s of ${BUDGET_S} s; ${#RETURNED[@]} files back"
+  for name in "${STAGE_NAMES[@]}"; do
+    if [[ -n "${STAGE_OPT_IN[$name]:-}" ]]; then
+      opt_in+=("$name")
+      ((STAGE_CAP[$name] <= BUDGET_S)) || { echo "opt-in stage $name's cap is over the budget of ${BUDGET_S} s"; return 1; }
+    else
+      plan+=("$name")
+      total=$((total + STAGE_CAP[$name]))
+    fi
+  done
+  echo "stages: ${plan[*]}; opt-in: ${opt_in[*]:-none}; caps ${total} s of ${BUDGET_S} s; ${#RETURNED[@]} files back"
   ((total <= BUDGET_S)) || {
     echo "the stages' caps add up to ${total} s, over the budget of ${BUDGET_S} s"
     return 1

@@ -56,6 +56,16 @@ SweepGrid check_grid() {
   return g;
 }
 
+SweepGrid aims_grid() {
+  SweepGrid g;
+  g.chains = {SweepShape{"chain", Mode::fused_accept, 32, 4, 128}, SweepShape{"chain", Mode::fused_accept, 16, 2, 1}};
+  for (Mode m : {Mode::fused_accept, Mode::replay}) g.modes.push_back(SweepShape{"modes", m, 16, 4, 64});
+  SweepShape conv{"conv", Mode::fused_accept, 16, 2, 1};
+  conv.conv = true;
+  g.convs.push_back(conv);
+  return g;
+}
+
 namespace {
 
 std::string shape_key(const SweepShape& s) {

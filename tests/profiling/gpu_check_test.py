@@ -78,8 +78,12 @@ def dry_run_checks_every_stage():
     p = dry_run(os.path.join(ARGS.root, "profiling", "gpu_check.sh"))
     check(p.returncode == 0, f"the dry run failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     results = stage_results(p.stdout)
-    stages = re.search(r"^stages: (.*?);", p.stdout, re.M).group(1).split()
-    check(len(stages) >= 10 and set(results) == set(stages), f"the table lists {sorted(results)}, not {stages}")
+    plan = re.search(r"^stages: (.*?); opt-in: (.*?);", p.stdout, re.M)
+    check(plan, f"no plan line in the dry run:\n{p.stdout}")
+    stages, opt_in = plan.group(1).split(), plan.group(2).split()
+    check(len(stages) >= 10 and "profile" in opt_in, f"stages {stages}, opt-in {opt_in}")
+    # The dry run checks the opt-in stages' command lines too.
+    check(set(results) == set(stages + opt_in), f"the table lists {sorted(results)}, not {stages + opt_in}")
     check(all(r == "PASS" for r in results.values()), f"stages not passed: {results}")
     caps = re.search(r"caps (\d+) s of (\d+) s; (\d+) files back", p.stdout)
     check(caps, f"no plan line in the dry run:\n{p.stdout}")
@@ -100,6 +104,8 @@ def dry_run_checks_every_stage():
                    r"dry: ok +profiling/bench_verify_sweep --csv \S+ --md \S+: arguments accepted",
                    r"dry: ok +profiling/bench_verify_sweep --check: arguments accepted",
                    r"dry: ok +profiling/bench_verify_sweep --check --only persistent .*: arguments accepted",
+                   r"dry: ok +profiling/bench_verify_sweep --check --shapes aims .*: arguments accepted",
+                   r"dry: ok +profiling/ncu_table.py \S+ \S+ --md \S+: arguments accepted",
                    r"dry: ok +profiling/sweep_report.py .*--dry-run"):
         check(re.search(needle, p.stdout), f"no line like {needle!r} in the dry run:\n{p.stdout}")
 
@@ -189,18 +195,22 @@ stage_broken() { return 3; }
 """
 
 
-def run_fake_stages(stages):
-    """gpu_check.sh for real, with only `stages` (defined in RUNNER_STAGES) in its table."""
+def run_fake_stages(stages, opt_in=(), select=True):
+    """gpu_check.sh for real, with only `stages` (defined in RUNNER_STAGES) in its table, then `opt_in` as
+    opt-in stages (the real ones are taken out of the running order); KDA_STAGES names them all when
+    `select`, else none."""
     table = "".join(f"stage {name} {cap}\n" for name, cap in stages)
+    table += "".join(f"opt_in_stage {name} {cap}\n" for name, cap in opt_in)
     root = mutant_root("stage environment 10\n", table + "stage environment 10\n")
     try:
         script = os.path.join(root, "profiling", "gpu_check.sh")
+        order = "STAGE_NAMES=(" + " ".join(n for n, _ in list(stages) + list(opt_in)) + ")\n"
         text = open(script).read().replace('source "$ROOT/profiling/gpu_check_runner.sh"',
-                                           RUNNER_STAGES + 'source "$ROOT/profiling/gpu_check_runner.sh"')
+                                           RUNNER_STAGES + order + 'source "$ROOT/profiling/gpu_check_runner.sh"')
         open(script, "w").write(text)
-        env = dict(os.environ, KDA_STAGES=",".join(n for n, _ in stages), KDA_CHECK_BUDGET_S="1000",
-                   KDA_BUILD_DIR=os.path.join(root, "build-fake"))
-        for name in ("OUT", "KDA_DRY_RUN", "CUDA_MODULE_LOADING"):
+        env = dict(os.environ, KDA_STAGES=",".join(n for n, _ in list(stages) + list(opt_in)),
+                   KDA_CHECK_BUDGET_S="1000", KDA_BUILD_DIR=os.path.join(root, "build-fake"))
+        for name in ("OUT", "KDA_DRY_RUN", "CUDA_MODULE_LOADING") + (() if select else ("KDA_STAGES",)):
             env.pop(name, None)
         p = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=120)
         work = os.path.join(root, "gpu_out")
@@ -244,6 +254,76 @@ def runner_stops_a_stage_at_its_cap_with_its_children():
         alive = False
     check(not alive, f"the slow stage's child {child} outlived it")
     check("Terminated" not in p.stdout + p.stderr, "job control's notice is silenced")
+
+
+@case
+def runner_runs_an_opt_in_stage_only_when_named():
+    p, logs = run_fake_stages([("after", 5)], opt_in=[("broken", 5)], select=False)
+    results = stage_results(p.stdout)
+    check(p.returncode == 0 and results.get("after") == "PASS" and results.get("broken") == "opt-in, not selected",
+          f"exit {p.returncode}, results {results}")
+    check(re.search(r"opt-in: broken; caps 5 s of", p.stdout), f"the plan counts the opt-in stage:\n{p.stdout}")
+    p, logs = run_fake_stages([("after", 5)], opt_in=[("broken", 5)])
+    results = stage_results(p.stdout)
+    check(p.returncode == 1 and results.get("broken") == "FAIL (3)", f"named, it runs: exit {p.returncode}, {results}")
+
+
+# ---- ncu_table.py ----------------------------------------------------------------------------------------------
+
+# The raw page as ncu --csv --page raw --print-units base writes it to its log file (its messages, the header,
+# the units row, a row a kernel; the metrics' columns in ncu's order, not the script's), and the program's
+# lines for the same two launches.
+NCU_CSV = """\
+==PROF== Connected to process 4242 (/build-gpu/profiling/bench_verify_sweep)
+==PROF== Profiling "verify_kernel": 0%....50%....100% - 9 passes
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes_read.sum","dram__bytes_write.sum","dram__throughput.avg.pct_of_peak_sustained_elapsed","gpu__time_duration.sum","launch__grid_size","launch__registers_per_thread","sm__throughput.avg.pct_of_peak_sustained_elapsed","sm__warps_active.avg.pct_of_peak_sustained_active"
+"","","","","","","","","","","","byte","byte","%","nsecond","","register/thread","%","%"
+"0","4242","bench_verify_sweep","127.0.0.1","void kdagraph::verify_kernel<...>(kdagraph::VerifyParams)","1","13","(128, 1, 1)","(32768, 1, 1)","0","9.0","33,554,432","167,772,160","61.5","80000","32768","128","40.2","55.1"
+"1","4242","bench_verify_sweep","127.0.0.1","void kdagraph::verify_kernel<...>(kdagraph::VerifyParams)","1","13","(128, 1, 1)","(528, 1, 1)","0","9.0","33554432","167772160","85.0","50000","528","122","52.0","90.3"
+==PROF== Disconnected from process 4242
+"""
+NCU_PROGRAM = """\
+device: NVIDIA H200, 132 SMs, L2 60 MiB; --check: 2 members, once a shape (--shapes aims), untimed
+chain     fused-accept HV=32 T=4 batch=128 state=f32  library                            library
+chain     fused-accept HV=32 T=4 batch=128 state=f32  rows16-lanes32-R4-w4-b4-persistent bitwise
+0 of 1 member runs with the library's formula gave other bits than the library
+"""
+
+
+def ncu_table(csv_text, program_text):
+    folder = tempfile.mkdtemp(prefix="ncu_")
+    paths = [os.path.join(folder, name) for name in ("ncu.csv", "program.txt")]
+    for path, text in zip(paths, (csv_text, program_text)):
+        with open(path, "w") as f:
+            f.write(text)
+    p = subprocess.run([sys.executable, os.path.join(ARGS.root, "profiling", "ncu_table.py"), *paths],
+                       capture_output=True, text=True, timeout=60)
+    shutil.rmtree(folder)
+    return p
+
+
+@case
+def ncu_table_labels_each_kernel_with_its_run():
+    p = ncu_table(NCU_CSV, NCU_PROGRAM)
+    check(p.returncode == 0, f"exit {p.returncode}:\n{p.stdout}{p.stderr}")
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| chain")]
+    check(len(rows) == 2, f"not one row a kernel:\n{p.stdout}")
+    # 32 + 160 MiB (201326592 bytes) over 80 us is 2517 GB/s, over 50 us 4027 GB/s.
+    library = [c.strip() for c in rows[0].split("|")[1:-1]]
+    check(library[:7] == ["chain", "fused-accept", "32", "4", "128", "f32", "library"], f"labels {library}")
+    check(library[7:] == ["80.0", "2517", "62", "55", "40", "32768", "128"], f"values {library[7:]}")
+    member = [c.strip() for c in rows[1].split("|")[1:-1]]
+    check(member[6] == "rows16-lanes32-R4-w4-b4-persistent" and member[7:9] == ["50.0", "4027"], f"member {member}")
+
+
+@case
+def ncu_table_does_not_pair_rows_it_cannot_match():
+    program = NCU_PROGRAM.replace("chain     fused-accept HV=32 T=4 batch=128 state=f32  library                            library\n", "")
+    p = ncu_table(NCU_CSV, program)
+    check(p.returncode == 1 and "unlabelled" in p.stdout, f"exit {p.returncode}:\n{p.stdout}")
+    check("rows16" not in p.stdout, f"a row was labelled with another launch:\n{p.stdout}")
+    p = ncu_table("==PROF== Disconnected from process 1\n", NCU_PROGRAM)
+    check(p.returncode == 1 and "no kernel rows" in p.stderr, f"exit {p.returncode}:\n{p.stderr}")
 
 
 # ---- ptxas_report.py -------------------------------------------------------------------------------------------
