@@ -72,8 +72,9 @@ SweepGrid sweep_grid();
 // units (an H200's 132 SMs: 528 or 264 blocks for 4096 or 1024 units), and the conv at batch 8.
 SweepGrid check_grid();
 // One shape for each of issue 31's aims, where a profiler says why one is missed: chains at HV 32, T 4,
-// batch 128 (bandwidth) and HV 16, T 2, batch 1 (a round at batch 1); fused accept and replay at batch 64,
-// T 4; the conv fused in at batch 1, T 2.
+// batch 32 (bandwidth; the smallest batch of that aim keeps the storage a profiler saves and restores
+// for each of its passes near 1 GB) and HV 16, T 2, batch 1 (a round at batch 1); fused accept and
+// replay at batch 64, T 4; the conv fused in at batch 1, T 2.
 SweepGrid aims_grid();
 inline constexpr int32_t kSweepTreeTopK = 4;
 

@@ -58,7 +58,7 @@ SweepGrid check_grid() {
 
 SweepGrid aims_grid() {
   SweepGrid g;
-  g.chains = {SweepShape{"chain", Mode::fused_accept, 32, 4, 128}, SweepShape{"chain", Mode::fused_accept, 16, 2, 1}};
+  g.chains = {SweepShape{"chain", Mode::fused_accept, 32, 4, 32}, SweepShape{"chain", Mode::fused_accept, 16, 2, 1}};
   for (Mode m : {Mode::fused_accept, Mode::replay}) g.modes.push_back(SweepShape{"modes", m, 16, 4, 64});
   SweepShape conv{"conv", Mode::fused_accept, 16, 2, 1};
   conv.conv = true;
