@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -95,8 +96,21 @@ struct SweepResults {
   int mismatches = 0;  // members with the library's formula that gave other bits
 };
 
-// The run's rows as CSV, and its tables as markdown (`device`: the GPU, in words).
-void write_sweep_csv(const SweepResults& r, const std::string& path);
+// The run's rows as CSV, each written (and flushed) as it is measured, so that a run stopped at its cap
+// (gpu_check.sh) leaves the rows it measured for sweep_report.py. An empty path writes nothing.
+class SweepCsv {
+ public:
+  explicit SweepCsv(const std::string& path);
+  ~SweepCsv();
+  SweepCsv(const SweepCsv&) = delete;  // owns an open file that must be closed exactly once
+  SweepCsv& operator=(const SweepCsv&) = delete;
+  void add(const SweepRow& row, double copy_gbps);
+
+ private:
+  std::FILE* file_;
+};
+
+// The run's tables as markdown (`device`: the GPU, in words).
 std::string sweep_markdown(const SweepResults& r, const SweepGrid& grid, const std::string& device);
 
 }  // namespace kdagraph::profiling

@@ -100,17 +100,25 @@ const SweepRow* fastest(const std::vector<const SweepRow*>& rs) {
 
 }  // namespace
 
-void write_sweep_csv(const SweepResults& sw, const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) throw Error("bench_verify_sweep: cannot write " + path);
-  std::fprintf(f, "section,mode,value_heads,tokens,batch,state,member,tile_rows,us,gbps,copy_gbps,fraction_of_copy,"
-                  "library_us,speedup_vs_library,check\n");
-  for (const SweepRow& r : sw.rows)
-    std::fprintf(f, "%s,%s,%d,%d,%d,%s,%s,%d,%.3f,%.1f,%.1f,%.3f,%.3f,%.3f,%s\n", r.shape.section.c_str(),
-                 to_string(r.shape.mode), r.shape.value_heads, r.shape.tokens, r.shape.batch, to_string(r.shape.state),
-                 r.member.c_str(), r.tile_rows, r.us, r.gbps, sw.copy_gbps, r.gbps / sw.copy_gbps, r.library_us,
-                 r.library_us / r.us, r.check.c_str());
-  std::fclose(f);
+SweepCsv::SweepCsv(const std::string& path) : file_(path.empty() ? nullptr : std::fopen(path.c_str(), "w")) {
+  if (path.empty()) return;
+  if (file_ == nullptr) throw Error("bench_verify_sweep: cannot write " + path);
+  std::fprintf(file_, "section,mode,value_heads,tokens,batch,state,member,tile_rows,us,gbps,copy_gbps,fraction_of_copy,"
+                      "library_us,speedup_vs_library,check\n");
+  std::fflush(file_);
+}
+
+SweepCsv::~SweepCsv() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void SweepCsv::add(const SweepRow& r, double copy_gbps) {
+  if (file_ == nullptr) return;
+  std::fprintf(file_, "%s,%s,%d,%d,%d,%s,%s,%d,%.3f,%.1f,%.1f,%.3f,%.3f,%.3f,%s\n", r.shape.section.c_str(),
+               to_string(r.shape.mode), r.shape.value_heads, r.shape.tokens, r.shape.batch, to_string(r.shape.state),
+               r.member.c_str(), r.tile_rows, r.us, r.gbps, copy_gbps, r.gbps / copy_gbps, r.library_us,
+               r.library_us / r.us, r.check.c_str());
+  std::fflush(file_);
 }
 
 std::string sweep_markdown(const SweepResults& sw, const SweepGrid& grid, const std::string& device) {
