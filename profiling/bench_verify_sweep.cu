@@ -408,6 +408,7 @@ int run(int argc, char** argv) {
   }
   for (const SweepShape& s : chains) sw.run_shape(s, held);
   held.reset();
+  csv.finish();
 
   const std::string md = profiling::sweep_markdown(sw.r, grid, device);
   std::printf("\n%s", md.c_str());

@@ -19,9 +19,10 @@
 #   profiling/gpu_check.sh                                    the whole check
 #   KDA_STAGES=build,memcheck profiling/gpu_check.sh          a targeted rerun (the others: "not selected");
 #                                                             the build makes only the chosen stages' targets
-#   KDA_STAGES=environment,configure,build,profile profiling/gpu_check.sh
-#                                                             the opt-in profile stage (Nsight Compute on the
-#                                                             verify at the aims' shapes), in a second call
+#   KDA_STAGES=profile profiling/gpu_check.sh                  the opt-in profile stage (Nsight Compute on the
+#                                                             verify at the aims' shapes), a second call on
+#                                                             the first's warm machine (its build is there;
+#                                                             a fresh one needs environment,configure,build too)
 #   KDA_DRY_RUN=1 KDA_BUILD_DIR=build profiling/gpu_check.sh  no GPU: checks every stage's command lines
 #                                                             against a configured CUDA build (CI runs it)
 # More settings: KDA_BUILD_DIR (build-gpu), KDA_JOBS (nproc), KDA_PYTHON (python3), KDA_COMMIT (recorded
@@ -460,6 +461,10 @@ stage_profile() {
   ncu=$(ncu_path) || { unavailable "ncu (Nsight Compute) is not installed"; ncu=ncu; }
   x "$ncu" --clock-control none --kernel-name regex:verify_kernel --metrics "$NCU_METRICS" --csv --page raw \
     --print-units base --log-file "$WORK/profile_ncu.csv" "${program[@]}" >"$WORK/profile_program.txt" || rc=1
+  # A machine whose counters ncu cannot read (gVisor: the profiler library does not load; no permission
+  # for the counters) is no verdict on the kernels.
+  ((DRY)) || ! grep -Eqi "LibraryNotLoaded|ERR_NVGPUCTRPERM|Failed to initialize the profiler" "$WORK/profile_ncu.csv" ||
+    unavailable "ncu cannot read this GPU's counters: $(grep -m 1 -Ei 'error|failed' "$WORK/profile_ncu.csv")"
   x "$PYTHON" "$ROOT/profiling/ncu_table.py" "$WORK/profile_ncu.csv" "$WORK/profile_program.txt" \
     --md "$WORK/profile.md" || rc=1
   x "$ncu" --clock-control none --kernel-name regex:verify_kernel --section SpeedOfLight \

@@ -3,7 +3,7 @@
 base, one row a profiled kernel, in launch order) beside what `bench_verify_sweep --check` printed (one line a
 verify launch, in the same order), for gpu_check.sh's opt-in profile stage (issue 31: why an aim is missed).
 
-    ncu_table.py NCU_CSV PROGRAM_OUTPUT [--md FILE]
+    ncu_table.py NCU_CSV PROGRAM_OUTPUT [--md FILE] [--dry-run]
 
 Columns: time, DRAM bytes read and written over that time, DRAM throughput as a share of its peak, the
 warps resident on an SM as a share of the most it holds (achieved occupancy), the SMs' busiest unit as
@@ -93,7 +93,10 @@ def main():
     ap.add_argument("ncu_csv")
     ap.add_argument("program_output")
     ap.add_argument("--md", help="also write the table here")
+    ap.add_argument("--dry-run", action="store_true", help="check the arguments only (gpu_check.sh's dry run)")
     args = ap.parse_args()
+    if args.dry_run:
+        return 0
     with open(args.ncu_csv, errors="replace") as f:
         kernels = kernel_rows(f.read().splitlines())
     with open(args.program_output, errors="replace") as f:

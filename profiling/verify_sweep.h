@@ -97,7 +97,8 @@ struct SweepResults {
 };
 
 // The run's rows as CSV, each written (and flushed) as it is measured, so that a run stopped at its cap
-// (gpu_check.sh) leaves the rows it measured for sweep_report.py. An empty path writes nothing.
+// (gpu_check.sh) leaves the rows it measured for sweep_report.py; finish() writes the last row, section
+// "end", which tells sweep_report.py the run was whole. An empty path writes nothing.
 class SweepCsv {
  public:
   explicit SweepCsv(const std::string& path);
@@ -105,6 +106,7 @@ class SweepCsv {
   SweepCsv(const SweepCsv&) = delete;  // owns an open file that must be closed exactly once
   SweepCsv& operator=(const SweepCsv&) = delete;
   void add(const SweepRow& row, double copy_gbps);
+  void finish();
 
  private:
   std::FILE* file_;

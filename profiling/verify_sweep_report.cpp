@@ -121,6 +121,12 @@ void SweepCsv::add(const SweepRow& r, double copy_gbps) {
   std::fflush(file_);
 }
 
+void SweepCsv::finish() {
+  if (file_ == nullptr) return;
+  std::fprintf(file_, "end,,,,,,,,,,,,,,complete\n");
+  std::fflush(file_);
+}
+
 std::string sweep_markdown(const SweepResults& sw, const SweepGrid& grid, const std::string& device) {
   const auto& [chains, modes, convs, trees] = grid;
   std::string md;

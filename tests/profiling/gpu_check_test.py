@@ -105,7 +105,7 @@ def dry_run_checks_every_stage():
                    r"dry: ok +profiling/bench_verify_sweep --check: arguments accepted",
                    r"dry: ok +profiling/bench_verify_sweep --check --only persistent .*: arguments accepted",
                    r"dry: ok +profiling/bench_verify_sweep --check --shapes aims .*: arguments accepted",
-                   r"dry: ok +profiling/ncu_table.py \S+ \S+ --md \S+: arguments accepted",
+                   r"dry: ok +profiling/ncu_table.py \S+ \S+ --md \S+: arguments accepted \(--dry-run\)",
                    r"dry: ok +profiling/sweep_report.py .*--dry-run"):
         check(re.search(needle, p.stdout), f"no line like {needle!r} in the dry run:\n{p.stdout}")
 
@@ -128,6 +128,7 @@ MUTANTS = {
     "a_python_test_folder_that_is_gone": ('"$ROOT/tests/python"', '"$ROOT/tests/pythn"', {}, "python_tests"),
     "a_sweep_option_it_lacks": ('--md "$WORK/verify_sweep.md"', '--mdd "$WORK/verify_sweep.md"', {}, "verify_sweep"),
     # A family member renamed or dropped: the sanitizer's subset would otherwise run without it.
+    "a_table_option_the_script_lacks": ('--md "$WORK/profile.md"', '--mdd "$WORK/profile.md"', {}, "profile"),
     "a_sanitized_member_no_longer_in_the_family": ("--only rows64-lanes16-R4-w8-b1", "--only rows64-lanes16-R4-w8-b9",
                                                    {}, "racecheck"),
 }
