@@ -135,15 +135,18 @@ gtest_source() {
 }
 GTEST_DIR=$(gtest_source)
 fla_wheel() { compgen -G "$ROOT/.whl/fla_core-*.whl" | head -n 1; }
-# compute-sanitizer: on PATH, or in the toolkit beside nvcc.
-sanitizer_path() {
-  local dir
-  command -v compute-sanitizer && return
-  for dir in "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")" /usr/local/cuda/compute-sanitizer; do
-    [[ -x "$dir/compute-sanitizer" ]] && { echo "$dir/compute-sanitizer"; return; }
+# toolkit_program NAME [DIR...]: the toolkit's program NAME (compute-sanitizer, ncu) on PATH, beside nvcc, or
+# in one of DIRs, where CUDA images install it off PATH.
+toolkit_program() {
+  local name=$1 dir
+  shift
+  command -v "$name" && return
+  for dir in "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")" "$@"; do
+    [[ -x "$dir/$name" ]] && { echo "$dir/$name"; return; }
   done
   return 1
 }
+sanitizer_path() { toolkit_program compute-sanitizer /usr/local/cuda/compute-sanitizer; }
 
 VERSIONS_PY='
 import importlib.metadata as m, sys
@@ -438,16 +441,8 @@ stage_sweep_report() {
   return "$rc"
 }
 
-# ncu (Nsight Compute): on PATH, beside nvcc, or where the toolkit installs it.
-ncu_path() {
-  local path
-  command -v ncu && return
-  for path in "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/ncu" /usr/local/cuda/bin/ncu \
-    /opt/nvidia/nsight-compute/*/ncu; do
-    [[ -x "$path" ]] && { echo "$path"; return; }
-  done
-  return 1
-}
+# ncu (Nsight Compute), where the toolkit or Nsight Compute's own installer puts it.
+ncu_path() { toolkit_program ncu /usr/local/cuda/bin /opt/nvidia/nsight-compute/*; }
 
 # Opt-in (a second call): why the verify misses an aim (issue 31), from Nsight Compute's counters for the
 # library's verify and the persistent members on one shape an aim (bench_verify_sweep --check --shapes

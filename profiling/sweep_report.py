@@ -57,6 +57,11 @@ def verdict(ok, complete=True):
     return "met" if complete else "met so far (the run stopped early)"
 
 
+def or_unmeasured(found, name):
+    """The aims a section's rows judged, or the aim `name` as not measured where it had none."""
+    return found or [(name, NOT_MEASURED, None)]
+
+
 def by_shape(sweep, section, **match):
     out = {}
     for r in sweep:
@@ -109,38 +114,35 @@ def report(sweep, fla):
     else:
         aims.append((f"verify bandwidth, batch >= 32, HV 32, T 4 (>= {AIM_COPY:.0%} of copy)", NOT_MEASURED, None))
     modes = by_shape(sweep, "modes", tokens=4, batch=64, state="f32")
-    judged = len(aims)
+    found = []
     for hv in (16, 32):
         replay, fused = modes.get((hv, 4, 64, "replay", "f32")), modes.get((hv, 4, 64, "fused-accept", "f32"))
         if replay and fused and member(replay, "library") and member(fused, "library"):
             ratio = float(member(fused, "library")["us"]) / float(member(replay, "library")["us"])
             fast_replay, fast_fused = fastest(replay), fastest(fused)
             best = float(fast_fused["us"]) / float(fast_replay["us"])
-            aims.append((f"replay / fused accept, batch 64, T 4, HV {hv}, one layer (>= {AIM_REPLAY}x; the aim is the round's)",
-                         f"{ratio:.2f}x; fastest members {best:.2f}x (replay {fast_replay['member']}, "
-                         f"fused accept {fast_fused['member']})", ratio >= AIM_REPLAY))
-    if len(aims) == judged:
-        aims.append((f"replay / fused accept, batch 64, T 4 (>= {AIM_REPLAY}x)", NOT_MEASURED, None))
-    judged = len(aims)
+            found.append((f"replay / fused accept, batch 64, T 4, HV {hv}, one layer (>= {AIM_REPLAY}x; the aim is the round's)",
+                          f"{ratio:.2f}x; fastest members {best:.2f}x (replay {fast_replay['member']}, "
+                          f"fused accept {fast_fused['member']})", ratio >= AIM_REPLAY))
+    aims += or_unmeasured(found, f"replay / fused accept, batch 64, T 4 (>= {AIM_REPLAY}x)")
+    found = []
     for key, rows in sorted(by_shape(sweep, "conv").items()):
         lib, unfused = member(rows, "library"), member(rows, "unfused")
         if lib and unfused:
             ratio = float(lib["us"]) / float(unfused["us"])
             fast = fastest(rows)
-            aims.append((f"fused conv / unfused, one layer, T {key[1]}, batch {key[2]} (<= {AIM_CONV})",
-                         f"{ratio:.2f}; fastest member {float(fast['us']) / float(unfused['us']):.2f} ({fast['member']})",
-                         ratio <= AIM_CONV))
-    if len(aims) == judged:
-        aims.append((f"fused conv / unfused, one layer (<= {AIM_CONV})", NOT_MEASURED, None))
-    judged = len(aims)
+            found.append((f"fused conv / unfused, one layer, T {key[1]}, batch {key[2]} (<= {AIM_CONV})",
+                          f"{ratio:.2f}; fastest member {float(fast['us']) / float(unfused['us']):.2f} ({fast['member']})",
+                          ratio <= AIM_CONV))
+    aims += or_unmeasured(found, f"fused conv / unfused, one layer (<= {AIM_CONV})")
+    found = []
     for key, rows in sorted(by_shape(sweep, "tree").items()):
         tree, chain = member(rows, "library"), member(rows, "chain")
         if tree and chain:
             ratio = float(tree["us"]) / float(chain["us"])
-            aims.append((f"top-4 tree / chain, one layer, T 8, batch {key[2]} (<= {AIM_TREE})", f"{ratio:.2f}",
-                         ratio <= AIM_TREE))
-    if len(aims) == judged:
-        aims.append((f"top-4 tree / chain, one layer, T 8 (<= {AIM_TREE})", NOT_MEASURED, None))
+            found.append((f"top-4 tree / chain, one layer, T 8, batch {key[2]} (<= {AIM_TREE})", f"{ratio:.2f}",
+                          ratio <= AIM_TREE))
+    aims += or_unmeasured(found, f"top-4 tree / chain, one layer, T 8 (<= {AIM_TREE})")
     # bench_verify_sweep writes its last row (section "end") only when every shape has run.
     complete = any(r["section"] == END_SECTION for r in sweep)
     if not complete:
