@@ -474,13 +474,17 @@ stage_profile() {
 }
 
 # sanitize TOOL SPEC...: compute-sanitizer over every SPEC at once, one log each. A SPEC is BINARY:FILTER (a
-# gtest subset of tests/BINARY), "kdagraph ARGS" (the command line) or "profiling/PROGRAM ARGS" (a benchmark). The note tells the sanitizer's
-# findings (its exit status 99) apart from a program that failed on its own.
+# gtest subset of tests/BINARY), "kdagraph ARGS" (the command line) or "profiling/PROGRAM ARGS" (a
+# benchmark). The note tells the sanitizer's findings (its exit status 99) apart from a program that failed
+# on its own. Each program is stopped (with what it started) a few seconds before the stage's cap, and
+# named as timed out: one slow program does not take the verdicts of the others with it.
 sanitize() {
   local tool=$1
   shift
-  local sanitizer spec cmd name pids=() logs=() specs=() rc=0 i status found=() failed=()
+  local sanitizer spec cmd name pids=() logs=() specs=() rc=0 i status found=() failed=() seconds
   sanitizer=$(sanitizer_path) || { unavailable "compute-sanitizer is not installed"; sanitizer=compute-sanitizer; }
+  seconds=$((${STAGE_DEADLINE:-0} - $(date +%s) - 4))
+  ((seconds > 0)) || seconds=1
   for spec in "$@"; do
     if [[ "$spec" == "kdagraph "* ]]; then
       read -r -a cmd <<<"${spec#kdagraph }"
@@ -495,7 +499,9 @@ sanitize() {
       cmd=("$BUILD/tests/$name" --gtest_filter="${spec#*:}" --gtest_brief=1)
     fi
     logs+=("$WORK/${tool}_$name.log") specs+=("$spec")
-    x "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 "${cmd[@]}" >"${logs[-1]}" 2>&1 &
+    # timeout signals its own process group: the sanitizer and the program it runs.
+    x timeout -k 2 "$seconds" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 "${cmd[@]}" \
+      >"${logs[-1]}" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do
@@ -506,6 +512,7 @@ sanitize() {
     case $status in
       0) ;;
       99) found+=("${name#"${tool}"_}") rc=1 ;;
+      124 | 137) failed+=("${name#"${tool}"_} (timed out after ${seconds} s)") rc=1 ;;
       *) failed+=("${name#"${tool}"_} (exit $status)") rc=1 ;;
     esac
   done

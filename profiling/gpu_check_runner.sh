@@ -64,6 +64,12 @@ dry_check() {
     argv=("${argv[@]:1}")
     while [[ "${argv[0]}" == *=* ]]; do argv=("${argv[@]:1}"); done
   fi
+  if [[ "${argv[0]}" == timeout ]]; then  # timeout [-k SECONDS] [-s SIGNAL] SECONDS COMMAND...
+    argv=("${argv[@]:1}")
+    while [[ "${argv[0]}" == -k || "${argv[0]}" == -s ]]; do argv=("${argv[@]:2}"); done
+    [[ "${argv[0]}" =~ ^[0-9]+$ ]] || { dry_fail "timeout: no whole seconds before ${argv[*]}"; return; }
+    argv=("${argv[@]:1}")
+  fi
   local prog=${argv[0]} args=("${argv[@]:1}") kind
   # The build's programs by path, the others by name (compute-sanitizer and ncu may be called by their full paths).
   case "$prog" in
@@ -233,6 +239,9 @@ run_limited() {
   echo "== ${fn#stage_} (limit ${seconds} s) -> $log"
   (
     set -o pipefail
+    # When the stage is killed: a stage can stop its parts first (gpu_check.sh's sanitize).
+    # shellcheck disable=SC2034
+    STAGE_DEADLINE=$(($(date +%s) + seconds))
     "$fn"
   ) >"$log" 2>&1 &
   pid=$!

@@ -193,13 +193,32 @@ stage_slow() {
   wait
 }
 stage_broken() { return 3; }
+stage_sanitized() { sanitize memcheck "profiling/clean" "profiling/faulty" "profiling/slow 1"; }
+"""
+
+# compute-sanitizer for stage_sanitized: a program named slow outlives any cap (its pid in $KDA_FAKE_DIR), one
+# named faulty has an error (the sanitizer's status 99), the others are clean.
+FAKE_SANITIZER = r"""#!/usr/bin/env bash
+case "$*" in
+  */profiling/slow*) sleep 60 & echo $! >"$KDA_FAKE_DIR/slow_program.pid"; wait ;;
+  */profiling/faulty*) echo "========= Invalid __global__ read of size 4 bytes"; exit 99 ;;
+  *) echo "========= ERROR SUMMARY: 0 errors" ;;
+esac
 """
 
 
-def run_fake_stages(stages, opt_in=(), select=True):
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+def run_fake_stages(stages, opt_in=(), select=True, env_extra=None):
     """gpu_check.sh for real, with only `stages` (defined in RUNNER_STAGES) in its table, then `opt_in` as
     opt-in stages (the real ones are taken out of the running order); KDA_STAGES names them all when
-    `select`, else none."""
+    `select`, else none; `env_extra` added to its environment."""
     table = "".join(f"stage {name} {cap}\n" for name, cap in stages)
     table += "".join(f"opt_in_stage {name} {cap}\n" for name, cap in opt_in)
     root = mutant_root("stage environment 10\n", table + "stage environment 10\n")
@@ -213,6 +232,7 @@ def run_fake_stages(stages, opt_in=(), select=True):
                    KDA_CHECK_BUDGET_S="1000", KDA_BUILD_DIR=os.path.join(root, "build-fake"))
         for name in ("OUT", "KDA_DRY_RUN", "CUDA_MODULE_LOADING") + (() if select else ("KDA_STAGES",)):
             env.pop(name, None)
+        env.update(env_extra or {})
         p = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=120)
         work = os.path.join(root, "gpu_out")
         logs = {f: open(os.path.join(work, f)).read() for f in os.listdir(work) if os.path.isfile(os.path.join(work, f))}
@@ -248,13 +268,36 @@ def runner_stops_a_stage_at_its_cap_with_its_children():
           f"results {results}")
     check(p.returncode == 1, f"a timeout or failure exits 1, not {p.returncode}")
     child = int(logs["slow_child.pid"])
-    try:
-        os.kill(child, 0)
-        alive = open(f"/proc/{child}/stat").read().split()[2] != "Z"
-    except (ProcessLookupError, FileNotFoundError):
-        alive = False
-    check(not alive, f"the slow stage's child {child} outlived it")
+    check(not alive(child), f"the slow stage's child {child} outlived it")
     check("Terminated" not in p.stdout + p.stderr, "job control's notice is silenced")
+
+
+@case
+def sanitize_stops_a_slow_program_before_the_cap_and_keeps_the_others_verdicts():
+    import time
+
+    fake = tempfile.mkdtemp(prefix="fake_sanitizer_")
+    try:
+        path = os.path.join(fake, "compute-sanitizer")
+        with open(path, "w") as f:
+            f.write(FAKE_SANITIZER)
+        os.chmod(path, 0o755)
+        start = time.time()
+        p, logs = run_fake_stages([("sanitized", 9)], env_extra={
+            "PATH": fake + os.pathsep + os.environ["PATH"], "KDA_FAKE_DIR": fake})
+        took = time.time() - start
+        results = stage_results(p.stdout)
+        check(results.get("sanitized") == "FAIL (1)", f"a finding and a timeout fail the stage, not {results}")
+        check(took < 20, f"the stage took {took:.0f} s")
+        note = logs.get("sanitized.note", "")
+        check("memcheck errors in 1: faulty_1;" in note, f"the finding is named: {note!r}")
+        check(re.search(r"failed on their own \(no memcheck error\): 1: slow_2 \(timed out after \d+ s\)", note),
+              f"the slow program is named as timed out: {note!r}")
+        check("ERROR SUMMARY: 0 errors" in logs.get("memcheck_clean_0.log", ""), "the clean program's log is kept")
+        program = int(open(os.path.join(fake, "slow_program.pid")).read())
+        check(not alive(program), f"the slow program {program} outlived its limit")
+    finally:
+        shutil.rmtree(fake)
 
 
 @case
