@@ -8,7 +8,13 @@
 //              T 4, HV 16 and 32, fp32 state;
 //   conv       the short conv fused in (C = 6144, W 4) at batch 1 and 8, T 2 and 4, HV 16: the conv
 //              members and the library's fused kernel against the conv and the verify as two launches;
-//   tree       top-4 token trees against chains of the same T = 8, batch 1 and 16, HV 16.
+//   tree       top-4 token trees against chains of the same T = 8, batch 1 and 16, HV 16;
+//   round      L = 20 layers of one Verifier at batch 1, HV 16, T 2 and 4, the conv fused in and not: each
+//              member's launches captured in one CUDA graph with programmatic dependent launch, as a
+//              round has them, a sample one replay (cold): the verify's part of the L = 20 round whose
+//              aim is 0.12 / 0.15 ms at batch 1 (issue 31), where one launch alone would time its own launch
+//              latency, which the graph's edges hide. The conv's "unfused": its conv and verify as two
+//              launches a layer, through the Verifier as an engine without fusion runs them.
 // Each layer's parameters are the ones a round's verify gets in a graph (graph/ops_params.h: indices
 // built on the device, pre-round data for the early seed loads). Before a member is timed it runs once on
 // the library's starting storage, and a member with the library's formula must give the library's bits:
@@ -42,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/capture.h"
 #include "graph/ops_params.h"
 #include "kdagraph/error.hpp"
 #include "kdagraph/verifier.hpp"
@@ -83,15 +90,17 @@ uint64_t count_differences(const void* a, const void* b, size_t bytes, cudaStrea
   return count.download<unsigned long long>()[0];
 }
 
-// One layer of a shape on a Verifier whose slots are all mid-stream, its inputs, and copies of its
-// storage: as it starts (every run that is checked starts there) and as the library's verify leaves it.
+// `layers` layers of a shape (one, but for a round) on a Verifier whose slots are all mid-stream, their
+// inputs (one set for every layer), and copies of its storage: as it starts (every run that is checked
+// starts there) and as the library's verify leaves it.
 struct Case {
   VerifierConfig config;
   std::unique_ptr<Verifier> verifier;
   Buffer q, k, v, g, beta, o, gate, x, weight, conv_q, conv_k, conv_v;
   LayerInputs in;
   ConvLayerInputs conv_in;
-  VerifyParams params;
+  std::vector<VerifyParams> layer_params;  // a layer's each, as a round's graph has them
+  VerifyParams params;                      // layer 0's
   struct Region {
     void* at;
     size_t bytes;
@@ -99,12 +108,12 @@ struct Case {
   };
   std::vector<Region> storage;  // pool, scratch, token cache, conv state: what a verify may write
   Buffer library_o;
-  double bytes = 0;  // moved by one verify
+  double bytes = 0;  // moved by one layer's verify
 
-  Case(const SweepShape& s, cudaStream_t stream) {
+  Case(const SweepShape& s, cudaStream_t stream, int32_t layers = 1) {
     const int32_t B = s.batch, T = s.tokens, HV = s.value_heads, K = kHeadDim;
     config.backend = Backend::cuda;
-    config.model = ModelShape{1, HV, HV, K, K};
+    config.model = ModelShape{layers, HV, HV, K, K};
     config.pool = PoolShape{B, T, s.state};
     config.max_rows = B;
     config.tokens = T;
@@ -169,10 +178,12 @@ struct Case {
       conv_v = Buffer(Backend::cuda, vo * 2);
       conv_in = conv_into_verify_inputs(ver.spec(), x.as(), weight.as<float>(), nullptr, conv_q.as(), conv_k.as(),
                                         conv_v.as());
-      params = detail::conv_verify_params(ver.spec(), ver.storage(), ver.indices(), B, 0, conv_in, in, &batch);
-    } else {
-      params = detail::round_verify_params(ver.spec(), ver.storage(), ver.indices(), B, 0, in, &batch);
     }
+    for (int32_t l = 0; l < layers; ++l)
+      layer_params.push_back(
+          s.conv ? detail::conv_verify_params(ver.spec(), ver.storage(), ver.indices(), B, l, conv_in, in, &batch)
+                 : detail::round_verify_params(ver.spec(), ver.storage(), ver.indices(), B, l, in, &batch));
+    params = layer_params.front();
     KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
     for (auto [at, n] : {std::pair<void*, size_t>{ver.pool(), ver.pool_bytes()}, {ver.scratch(), ver.scratch_bytes()},
                          {cache, ver.token_cache_bytes()}, {ver.conv_state(), ver.conv_state_bytes()}}) {
@@ -202,10 +213,12 @@ struct Case {
     for (const Region& r : storage)
       KDA_CUDA_CHECK(cudaMemcpyAsync(r.at, r.start.as(), r.bytes, cudaMemcpyDeviceToDevice, stream));
   }
-  // The library's verify from the starting storage: its outputs and storage kept for the members'.
-  void run_library(cudaStream_t stream) {
+  // The library's verify from the starting storage (or `library`, the library's round), its outputs and
+  // storage kept for the members'.
+  void run_library(cudaStream_t stream, const std::function<void()>& library = nullptr) {
     restore(stream);
-    KDA_CUDA_CHECK(launch_verify(params, Launch{stream, false}));
+    if (library) library();
+    else KDA_CUDA_CHECK(launch_verify(params, Launch{stream, false}));
     KDA_CUDA_CHECK(cudaMemcpyAsync(library_o.as(), o.as(), o.bytes(), cudaMemcpyDeviceToDevice, stream));
     for (Region& r : storage)
       KDA_CUDA_CHECK(cudaMemcpyAsync(r.library.as(), r.at, r.bytes, cudaMemcpyDeviceToDevice, stream));
@@ -269,20 +282,75 @@ struct Sweep {
       c.restore(stream);
       KDA_CUDA_CHECK(launch(c.params, Launch{stream, false}));
       KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
-      std::string check = "probe";
-      if (m.exact) {
-        const uint64_t d = c.differences(stream);
-        check = d == 0 ? "bitwise" : "DIFFERS (" + std::to_string(d) + " words)";
-        r.mismatches += d != 0;
-      } else if (!m.probe) {
-        char text[32];
-        std::snprintf(text, sizeof text, "err %.1e", c.output_distance());
-        check = text;
-      }
+      const std::string check = checked(c, m.exact, m.probe);
       const double us = time([&] { KDA_CUDA_CHECK(launch(c.params, Launch{stream, false})); });
       add(s, m.name, m.tile_rows, us, c.bytes, library_us, check, m.exact, m.probe);
     }
     return c;
+  }
+
+  // What a run from the starting storage, just finished, gave against the library's: "bitwise" or
+  // "DIFFERS" where it must be the library's bits (a mismatch fails the run), the outputs' distance for
+  // another formula, "probe" for a probe.
+  std::string checked(Case& c, bool exact, bool probe) {
+    if (exact) {
+      const uint64_t d = c.differences(stream);
+      r.mismatches += d != 0;
+      return d == 0 ? "bitwise" : "DIFFERS (" + std::to_string(d) + " words)";
+    }
+    if (probe) return "probe";
+    char text[32];
+    std::snprintf(text, sizeof text, "err %.1e", c.output_distance());
+    return text;
+  }
+
+  // A round of `s` (profiling::kSweepRoundLayers layers): the library's verify and every member that
+  // computes it (no probes), each a CUDA graph of its launches, one a layer with PDL, as a round's graph
+  // has them; with the conv, also the conv and the verify as two launches a layer. Each is checked against
+  // the library's round first (the storage of every layer, the last layer's outputs), then timed by replays.
+  void run_round(const SweepShape& s, std::unique_ptr<Case>& held) {
+    held = std::make_unique<Case>(s, stream, profiling::kSweepRoundLayers);
+    Case& c = *held;
+    const Stream st{Backend::cuda, stream};
+    const auto capture = [&](const std::function<void(int32_t layer)>& enqueue) {
+      detail::CaptureGuard guard(st, "bench_verify_sweep");
+      for (int32_t l = 0; l < int32_t(c.layer_params.size()); ++l) enqueue(l);
+      detail::Graph g = guard.end();
+      g.upload(st);
+      return g;
+    };
+    const double bytes = c.bytes * double(c.layer_params.size());
+    const detail::Graph library =
+        capture([&](int32_t l) { KDA_CUDA_CHECK(launch_verify(c.layer_params[size_t(l)], Launch{stream, true})); });
+    c.run_library(stream, [&] { library.launch(st); });
+    const double library_us = time([&] { library.launch(st); });
+    add(s, "library", 0, library_us, bytes, library_us, "library", true, false);
+    const auto timed_round = [&](const std::string& name, int tile_rows, const detail::Graph& g, bool exact) {
+      c.restore(stream);
+      g.launch(st);
+      KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const std::string check = checked(c, exact, false);
+      add(s, name, tile_rows, time([&] { g.launch(st); }), bytes, library_us, check, exact, false);
+    };
+    for (const SweepMember& m : r.members) {
+      if (m.conv != s.conv || m.probe) continue;
+      const profiling::SweepLauncher launch = s.state == DType::f32 ? m.f32_state : m.bf16_state;
+      timed_round(m.name, m.tile_rows,
+                  capture([&](int32_t l) { KDA_CUDA_CHECK(launch(c.layer_params[size_t(l)], Launch{stream, true})); }),
+                  m.exact);
+    }
+    if (s.conv) {  // the Verifier's two launches give the fused kernel's bits (VerifierConfig::fuse_conv)
+      Verifier& v = *c.verifier;
+      LayerInputs unfused_in = c.in;
+      unfused_in.q = c.conv_q.as();
+      unfused_in.k = c.conv_k.as();
+      unfused_in.v = c.conv_v.as();
+      timed_round("unfused", 0, capture([&](int32_t l) {
+                    v.enqueue_conv(st, l, c.conv_in, s.batch);
+                    v.enqueue_verify(st, l, unfused_in, s.batch);
+                  }),
+                  true);
+    }
   }
 };
 
@@ -361,10 +429,11 @@ int run(int argc, char** argv) {
     Sweep sw{stream.cuda(), nullptr, profiling::SweepResults{1, NAN, members, {}, 0}};
     std::printf("device: %s; --check: %zu members, once a shape (--shapes %s), untimed\n", device, members.size(),
                 shapes.c_str());
-    const auto& [chains, modes, convs, trees] = grid;
+    const auto& [chains, modes, convs, trees, rounds] = grid;
     std::unique_ptr<Case> held;
     for (const auto* section : {&chains, &modes, &convs, &trees})
       for (const SweepShape& s : *section) sw.run_shape(s, held);
+    for (const SweepShape& s : rounds) sw.run_round(s, held);
     held.reset();
     std::printf("%d of %zu member runs with the library's formula gave other bits than the library\n", sw.r.mismatches,
                 size_t(std::count_if(sw.r.rows.begin(), sw.r.rows.end(), [](const SweepRow& row) {
@@ -379,9 +448,9 @@ int run(int argc, char** argv) {
   profiling::SweepCsv csv(csv_path);
   sw.csv = &csv;
 
-  // The short sections first (the modes, the conv and the trees hold three of issue 31's aims in 18
-  // shapes): a run stopped at its cap loses chains, not a whole aim.
-  const auto& [chains, modes, convs, trees] = grid;
+  // The short sections first (the modes, the conv and the trees hold three of issue 31's aims, the rounds
+  // the verify's part of a fourth, in 22 shapes): a run stopped at its cap loses chains, not a whole aim.
+  const auto& [chains, modes, convs, trees, rounds] = grid;
   std::unique_ptr<Case> held;
   for (const SweepShape& s : modes) sw.run_shape(s, held);
   for (const SweepShape& s : convs) {
@@ -406,6 +475,18 @@ int run(int argc, char** argv) {
     const double us = sw.time([&] { KDA_CUDA_CHECK(launch_verify(chain, Launch{sw.stream, false})); });
     sw.add(s, "chain", 0, us, c.bytes, us, "-", false, false);
   }
+  // A round that fails on the host (its capture, the Verifier's checks) is reported and the chains still
+  // run: the rounds are new and have never run on a GPU, the chains hold two aims.
+  std::vector<std::string> failed_rounds;
+  for (const SweepShape& s : rounds) {
+    try {
+      sw.run_round(s, held);
+    } catch (const std::exception& e) {
+      failed_rounds.push_back(s.section + " T=" + std::to_string(s.tokens) + ": " + e.what());
+      std::fprintf(stderr, "bench_verify_sweep: the round %s failed\n", failed_rounds.back().c_str());
+      cudaGetLastError();  // a capture's error, not the next launch's
+    }
+  }
   for (const SweepShape& s : chains) sw.run_shape(s, held);
   held.reset();
   csv.finish();
@@ -418,7 +499,8 @@ int run(int argc, char** argv) {
     std::fputs(md.c_str(), f);
     std::fclose(f);
   }
-  return sw.r.mismatches > 0 ? 1 : 0;
+  for (const std::string& f : failed_rounds) std::printf("the round %s failed\n", f.c_str());
+  return sw.r.mismatches > 0 || !failed_rounds.empty() ? 1 : 0;
 }
 
 }  // namespace

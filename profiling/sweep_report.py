@@ -14,7 +14,9 @@ bandwidth at batch >= 32, HV 32, T 4 against the copy bandwidth of the same run;
 accept at batch 64, T 4; the conv fused in against two launches at batch 1 and 8; top-4 trees against
 chains at T 8. The aims are judged on the library's verify; beside the replay and conv ratios stands
 what the fastest members give (a member that meets an aim the library misses is a candidate for its
-tile). The whole-round aims (L = 20 rounds at batch 1; replay's round) are round_bench's.
+tile). The whole-round aims (L = 20 rounds at batch 1; replay's round) are round_bench's; beside them the
+sweep's rounds (L = 20 layers of one kernel in one graph with PDL) say how much of the batch-1 round's aim
+the verify alone takes with each kernel, and what is left for the rest of the round.
 Exit status: 0 the report was written (aims missed are results, not errors); 1 an input is missing or
 malformed.
 """
@@ -29,6 +31,7 @@ AIM_COPY = 0.85      # verify bandwidth at batch >= 32, HV 32, T 4, against the 
 AIM_REPLAY = 1.8     # replay / fused accept, batch 64, T 4 (issue 31 judges the whole round)
 AIM_CONV = 0.85      # fused conv + verify / the two launches, batch 1 to 8
 AIM_TREE = 1.2       # top-4 tree / chain, T 8
+AIM_ROUND_US = {2: 120.0, 4: 150.0}  # L = 20 fused-accept round at batch 1, by T (round_bench's whole round)
 # An aim whose rows the sweep's CSV lacks (the CSV is written row by row: a sweep stopped at its cap).
 NOT_MEASURED = "no rows for it in the sweep's CSV (stopped at its cap?)"
 END_SECTION = "end"  # the CSV's last row, written once every shape has run (SweepCsv::finish)
@@ -143,6 +146,23 @@ def report(sweep, fla):
             found.append((f"top-4 tree / chain, one layer, T 8, batch {key[2]} (<= {AIM_TREE})", f"{ratio:.2f}",
                           ratio <= AIM_TREE))
     aims += or_unmeasured(found, f"top-4 tree / chain, one layer, T 8 (<= {AIM_TREE})")
+    rounds = []
+    for section, conv in (("round-conv", "fused"), ("round", "none")):
+        for (_, t, _, _, _), rows in sorted(by_shape(sweep, section).items()):
+            lib, best, unfused = member(rows, "library"), fastest(rows), member(rows, "unfused")
+            if lib is None or best is None:
+                continue
+            unfused_us = f"{float(unfused['us']):.1f}" if unfused else "-"
+            aim = AIM_ROUND_US.get(t)
+            aim_cols = f"{aim:.0f} | {aim - float(best['us']):.0f}" if aim else "- | -"
+            rounds.append(f"| {conv} | {t} | {float(lib['us']):.1f} | {best['member']} | {float(best['us']):.1f} | "
+                          f"{unfused_us} | {aim_cols} |")
+    if rounds:
+        lines += ["The verify's part of an L = 20 round at batch 1, HV 16, fp32 state (the sweep's rounds: one kernel's "
+                  "20 launches in one graph with PDL, cold, us). The round's aim is round_bench's whole round; what the "
+                  "fastest kernel leaves of it is the time left for the index build, the drafter and the sampler.", "",
+                  "| conv | T | library | fastest | us | unfused (conv + verify) | round aim | left of it |",
+                  "|---|---:|---:|---|---:|---:|---:|---:|"] + rounds + [""]
     # bench_verify_sweep writes its last row (section "end") only when every shape has run.
     complete = any(r["section"] == END_SECTION for r in sweep)
     if not complete:

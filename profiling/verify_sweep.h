@@ -56,7 +56,7 @@ inline std::vector<SweepMember> sweep_members() {
 
 // One shape the sweep runs: a Kimi-Linear layer (H = HV, K = V = 128, bf16 io) in `mode`.
 struct SweepShape {
-  std::string section;  // chain, modes, conv, tree
+  std::string section;  // chain, modes, conv, tree, round, round-conv (the CSV's first column)
   Mode mode = Mode::fused_accept;
   int32_t value_heads = 16, tokens = 4, batch = 1;
   DType state = DType::f32;
@@ -65,7 +65,7 @@ struct SweepShape {
 
 // The shapes of a run, by section (profiling/verify_sweep_report.cpp).
 struct SweepGrid {
-  std::vector<SweepShape> chains, modes, convs, trees;
+  std::vector<SweepShape> chains, modes, convs, trees, rounds;
 };
 SweepGrid sweep_grid();
 // The shapes of `bench_verify_sweep --check` (each member once, untimed, for compute-sanitizer): chains
@@ -78,12 +78,14 @@ SweepGrid check_grid();
 // replay at batch 64, T 4; the conv fused in at batch 1, T 2.
 SweepGrid aims_grid();
 inline constexpr int32_t kSweepTreeTopK = 4;
+// The layers of a round shape: issue 31's L = 20 round (Kimi-Linear-48B at TP 2).
+inline constexpr int32_t kSweepRoundLayers = 20;
 
 struct SweepRow {
   SweepShape shape;
   std::string member;  // "library", a member's name, the conv's "unfused", the trees' "chain"
   int tile_rows = 0;
-  double us = 0, gbps = 0, library_us = 0;
+  double us = 0, gbps = 0, library_us = 0;  // a round's: us for all its layers
   std::string check;  // "library", "bitwise", "DIFFERS (n words)", "err 1e-3", "probe", "-"
   bool exact = false, probe = false;
 };

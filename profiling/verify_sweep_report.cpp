@@ -31,7 +31,7 @@ std::vector<SweepShape> mode_shapes() {
 }  // namespace
 
 SweepGrid sweep_grid() {
-  SweepGrid g{chain_shapes(), mode_shapes(), {}, {}};
+  SweepGrid g{chain_shapes(), mode_shapes(), {}, {}, {}};
   for (int32_t t : {2, 4})
     for (int32_t b : {1, 8}) {
       SweepShape s{"conv", Mode::fused_accept, 16, t, b};
@@ -43,6 +43,12 @@ SweepGrid sweep_grid() {
     s.tree = true;
     g.trees.push_back(s);
   }
+  for (bool conv : {true, false})
+    for (int32_t t : {2, 4}) {
+      SweepShape s{conv ? "round-conv" : "round", Mode::fused_accept, 16, t, 1};
+      s.conv = conv;
+      g.rounds.push_back(s);
+    }
   return g;
 }
 
@@ -70,7 +76,7 @@ namespace {
 
 std::string shape_key(const SweepShape& s) {
   return s.section + "/" + to_string(s.mode) + "/" + std::to_string(s.value_heads) + "/" + std::to_string(s.tokens) +
-         "/" + std::to_string(s.batch) + "/" + to_string(s.state);
+         "/" + std::to_string(s.batch) + "/" + to_string(s.state) + (s.conv ? "/conv" : "");
 }
 
 // The rows of one shape, in run order.
@@ -128,7 +134,7 @@ void SweepCsv::finish() {
 }
 
 std::string sweep_markdown(const SweepResults& sw, const SweepGrid& grid, const std::string& device) {
-  const auto& [chains, modes, convs, trees] = grid;
+  const auto& [chains, modes, convs, trees, rounds] = grid;
   std::string md;
   char line[512];
   auto add = [&](const char* fmt, auto... args) {
@@ -233,6 +239,25 @@ std::string sweep_markdown(const SweepResults& sw, const SweepGrid& grid, const 
     const SweepRow *tree = find(rs, "library"), *chain = find(rs, "chain");
     if (tree == nullptr || chain == nullptr) continue;
     add("| %d | %.1f | %.1f | %.2f |\n", s.batch, chain->us, tree->us, tree->us / chain->us);
+  }
+  add("\n## A round of %d layers at batch 1 (HV 16, fp32 state): each kernel's launches in one graph with PDL, "
+      "cold medians of a replay (us)\n\n",
+      kSweepRoundLayers);
+  add("The verify's part of issue 31's L = 20 round, whose aim (the whole round, round_bench) is 120 us at T 2 "
+      "and 150 us at T 4.\n\n");
+  add("| conv | T | library us | us a layer | fastest | us | library / fastest | unfused us |\n"
+      "|---|---:|---:|---:|---|---:|---:|---:|\n");
+  for (const SweepShape& s : rounds) {
+    const auto rs = rows_of(sw, s);
+    const SweepRow *lib = find(rs, "library"), *best = fastest(rs), *unfused = find(rs, "unfused");
+    if (lib == nullptr || best == nullptr) continue;
+    std::string two = "-";
+    if (unfused != nullptr) {
+      std::snprintf(line, sizeof line, "%.1f", unfused->us);
+      two = line;
+    }
+    add("| %s | %d | %.1f | %.2f | %s | %.1f | %.2f | %s |\n", s.conv ? "fused" : "none", s.tokens, lib->us,
+        lib->us / kSweepRoundLayers, best->member.c_str(), best->us, lib->us / best->us, two.c_str());
   }
   add("\n%d member run(s) with the library's formula gave other bits than the library%s\n", sw.mismatches,
       sw.mismatches > 0 ? ": a bug, fix it before reading the times" : "");
