@@ -14,7 +14,8 @@
 //              round has them, a sample one replay (cold): the verify's part of the L = 20 round whose
 //              aim is 0.12 / 0.15 ms at batch 1 (issue 31), where one launch alone would time its own launch
 //              latency, which the graph's edges hide. The conv's "unfused": its conv and verify as two
-//              launches a layer, through the Verifier as an engine without fusion runs them.
+//              launches a layer, through the Verifier as an engine without fusion runs them. The layers
+//              share one set of inputs (at batch 1 under 2% of a layer's bytes), which stay in L2.
 // Each layer's parameters are the ones a round's verify gets in a graph (graph/ops_params.h: indices
 // built on the device, pre-round data for the early seed loads). Before a member is timed it runs once on
 // the library's starting storage, and a member with the library's formula must give the library's bits:
@@ -100,7 +101,7 @@ struct Case {
   LayerInputs in;
   ConvLayerInputs conv_in;
   std::vector<VerifyParams> layer_params;  // a layer's each, as a round's graph has them
-  VerifyParams params;                      // layer 0's
+  VerifyParams params;                     // layer 0's
   struct Region {
     void* at;
     size_t bytes;
@@ -448,8 +449,9 @@ int run(int argc, char** argv) {
   profiling::SweepCsv csv(csv_path);
   sw.csv = &csv;
 
-  // The short sections first (the modes, the conv and the trees hold three of issue 31's aims, the rounds
-  // the verify's part of a fourth, in 22 shapes): a run stopped at its cap loses chains, not a whole aim.
+  // The short sections first (the modes, the conv and the trees hold three of issue 31's aims in 18
+  // shapes), then the chains (two more), then the rounds (the verify's part of a sixth): a run stopped at
+  // its cap loses rounds and chains, not a whole aim, and a round's failure cannot cost the chains.
   const auto& [chains, modes, convs, trees, rounds] = grid;
   std::unique_ptr<Case> held;
   for (const SweepShape& s : modes) sw.run_shape(s, held);
@@ -475,8 +477,9 @@ int run(int argc, char** argv) {
     const double us = sw.time([&] { KDA_CUDA_CHECK(launch_verify(chain, Launch{sw.stream, false})); });
     sw.add(s, "chain", 0, us, c.bytes, us, "-", false, false);
   }
-  // A round that fails on the host (its capture, the Verifier's checks) is reported and the chains still
-  // run: the rounds are new and have never run on a GPU, the chains hold two aims.
+  for (const SweepShape& s : chains) sw.run_shape(s, held);
+  // A round that fails on the host (its capture, the Verifier's checks) is reported and the next one runs;
+  // a kernel's fault ends the run here, with every other section's rows in the CSV.
   std::vector<std::string> failed_rounds;
   for (const SweepShape& s : rounds) {
     try {
@@ -487,7 +490,6 @@ int run(int argc, char** argv) {
       cudaGetLastError();  // a capture's error, not the next launch's
     }
   }
-  for (const SweepShape& s : chains) sw.run_shape(s, held);
   held.reset();
   csv.finish();
 

@@ -78,7 +78,7 @@ sweep = [
     row("round-conv", "library", 170.0, "library", hv=16, t=2, b=1),
     row("round-conv", "rows16-lanes16-R2-w4-b3", 100.0, hv=16, t=2, b=1),
     row("round-conv", "rows16-broken", 50.0, "DIFFERS (9 words)", hv=16, t=2, b=1),
-    row("round-conv", "unfused", 190.0, hv=16, t=2, b=1),
+    row("round-conv", "unfused", 90.0, hv=16, t=2, b=1),
     row("round", "library", 160.0, "library", hv=16, t=4, b=1),
     {"section": "end", "check": "complete"},
 ]
@@ -101,8 +101,9 @@ check("fastest member 0.80 (rows64-lanes16-R4-w8-b1)" in aim_line(text, "fused c
       "the fastest conv member against the two launches, not the unfused row itself:\n" + text)
 check("1.10" in aim_line(text, "top-4 tree") and aim_line(text, "top-4 tree").endswith("| met |"), "11 / 10 <= 1.2:\n" + text)
 check("3 of 5 aims missed" in text, "five aims, three missed:\n" + text)
-check("| fused | 2 | 170.0 | rows16-lanes16-R2-w4-b3 | 100.0 | 190.0 | 120 | 20 |" in text,
-      "the conv round: the fastest exact member leaves 20 of the 120 us aim:\n" + text)
+check("| fused | 2 | 170.0 | rows16-lanes16-R2-w4-b3 | 100.0 | 90.0 | 120 | 20 |" in text,
+      "the conv round: the fastest exact kernel (not the two launches, nor the member that differs) leaves 20 "
+      "of the 120 us aim:\n" + text)
 check("| none | 4 | 160.0 | library | 160.0 | - | 150 | -10 |" in text,
       "the round without the conv: the library alone, over the aim by 10 us:\n" + text)
 
