@@ -2,7 +2,8 @@
 // sweep times (profiling/verify_variants.cuh) runs here first, on the SIMT executor, in place of the
 // library's verify kernel in rounds of every mode over caller storage (SPEC §3, §10): the index build,
 // accept, commit and materialize are the library's, the verify the member's, on the very parameters a
-// round's verify gets (graph/ops_params.h). Every tile computes the same bits (kernels/verify_update.cuh,
+// round's verify gets (graph/ops_params.h), launched as the library launches it (programmatic dependent
+// launch: held at its dependency wait while the kernel after it starts, [TAG_PDL]). Every tile computes the same bits (kernels/verify_update.cuh,
 // [TAG_VERIFY_TILE]), so a member with the library's formula matches the library bitwise: every
 // output of every round, every byte of the storage after it, every pool after the last materialize.
 // The formula before issue 31 (OutputFormula::post_state) matches within the kernels' tolerance. The
@@ -66,14 +67,21 @@ LayerVerify member_verify() {
     simt::Options o = simt::options();
     if (kPersistent) o.multiprocessors = 1;
     const simt::ScopedOptions scoped(o);
+    // As the library launches its verify in a round (RoundSpec::pdl): the executor holds the member at its
+    // dependency wait while the next kernel's early part runs, and the index build's before it.
+    const Launch on{nullptr, st.spec.pdl};
+    const uint64_t held_before = simt::held_launches();
     cudaError_t e;
     if (p.io_dtype == DType::f32 && p.pool.dtype == DType::f32)
-      e = launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, float, float, V::kSchedule>(p, nullptr);
+      e = launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, float, float, V::kSchedule>(p, on);
     else if (p.io_dtype == DType::bf16 && p.pool.dtype == DType::bf16)
-      e = launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, bf16, bf16, V::kSchedule>(p, nullptr);
+      e = launch_verify_tiles<typename V::Tile, V::kFormula, V::kProbe, kConv, false, bf16, bf16, V::kSchedule>(p, on);
     else
       FAIL() << "the members are built for fp32 and bf16 io and state alike";
     ASSERT_EQ(e, cudaSuccess) << simt::last_error();
+    if (on.pdl && o.lanes == simt::Lanes::fibers) {
+      ASSERT_GT(simt::held_launches(), held_before) << "the member did not run as a programmatic launch";
+    }
     if (kPersistent) {
       const int64_t units = int64_t(rows) * p.value_heads * V::Tile::kTilesPerHead;
       ASSERT_EQ(simt::last_launch().grid.x, unsigned(V::Tile::kMinBlocksPerSm)) << "one multiprocessor's blocks";
@@ -299,6 +307,7 @@ TYPED_TEST(ChainMember, RunsRoundsOfEveryModeAsTheLibraryDoes) {
     const std::vector<uint8_t> scratch_before = sb.scratch.bytes();
     library_verify()(sa, c.max_rows, 0, in.view(0, 0), nullptr);
     member(sb, c.max_rows, 0, in.view(0, 1), nullptr);
+    ASSERT_EQ(simt::synchronize(), cudaSuccess) << simt::last_error();  // the member, held at its wait, ends
     const auto oa = in.o[0][0].download<uint8_t>(), ob = in.o[1][0].download<uint8_t>();
     EXPECT_EQ(sb.scratch.bytes(), scratch_before) << "a probe wrote a post-state";
     if constexpr (V::kProbe == VerifyProbe::no_state_stores) {
