@@ -495,7 +495,8 @@ int run(int argc, char** argv) {
   held.reset();
   csv.finish();
 
-  const std::string md = profiling::sweep_markdown(sw.r, grid, device);
+  std::string md = profiling::sweep_markdown(sw.r, grid, device);
+  for (const std::string& f : failed_rounds) md += "\nThe round " + f + " failed; its rows stop there.\n";
   std::printf("\n%s", md.c_str());
   if (!md_path.empty()) {
     FILE* f = std::fopen(md_path.c_str(), "w");
@@ -503,7 +504,6 @@ int run(int argc, char** argv) {
     std::fputs(md.c_str(), f);
     std::fclose(f);
   }
-  for (const std::string& f : failed_rounds) std::printf("the round %s failed\n", f.c_str());
   return sw.r.mismatches > 0 || !failed_rounds.empty() ? 1 : 0;
 }
 

@@ -3,7 +3,7 @@
 // library's verify kernel in rounds of every mode over caller storage (SPEC §3, §10): the index build,
 // accept, commit and materialize are the library's, the verify the member's, on the very parameters a
 // round's verify gets (graph/ops_params.h), launched as the library launches it (programmatic dependent
-// launch: held at its dependency wait while the kernel after it starts, [TAG_PDL]). Every tile computes the same bits (kernels/verify_update.cuh,
+// launch, [TAG_PDL]). Every tile computes the same bits (kernels/verify_update.cuh,
 // [TAG_VERIFY_TILE]), so a member with the library's formula matches the library bitwise: every
 // output of every round, every byte of the storage after it, every pool after the last materialize.
 // The formula before issue 31 (OutputFormula::post_state) matches within the kernels' tolerance. The
@@ -67,8 +67,9 @@ LayerVerify member_verify() {
     simt::Options o = simt::options();
     if (kPersistent) o.multiprocessors = 1;
     const simt::ScopedOptions scoped(o);
-    // As the library launches its verify in a round (RoundSpec::pdl): the executor holds the member at its
-    // dependency wait while the next kernel's early part runs, and the index build's before it.
+    // As the library launches its verify in a round (RoundSpec::pdl): the member's early part runs while
+    // the kernel before it (the index build, the layer before) has yet to finish, and the member is held
+    // at its dependency wait while the early part of the kernel after it (the next layer, accept) runs.
     const Launch on{nullptr, st.spec.pdl};
     const uint64_t held_before = simt::held_launches();
     cudaError_t e;
