@@ -76,7 +76,7 @@ namespace {
 
 std::string shape_key(const SweepShape& s) {
   return s.section + "/" + to_string(s.mode) + "/" + std::to_string(s.value_heads) + "/" + std::to_string(s.tokens) +
-         "/" + std::to_string(s.batch) + "/" + to_string(s.state) + (s.conv ? "/conv" : "");
+         "/" + std::to_string(s.batch) + "/" + to_string(s.state);
 }
 
 // The rows of one shape, in run order.
