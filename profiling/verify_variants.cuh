@@ -66,9 +66,13 @@ using ChainVariants128 = std::tuple<
 // K = 128 with the short conv fused in (its kernels need 136 to 144 registers a thread: at most three
 // 128-thread blocks an SM, one of 256): the library's tile, the formula before issue 31 on it, 16 lanes
 // a row, 32 rows a block, and 64 (a head's q and k channels convolved twice, not 8 times as by the
-// library's tile; the tallest whose staging fits 48 KB with fp32 io).
+// library's tile; the tallest whose staging fits 48 KB with fp32 io); and the library's tile cut after
+// its prologue (the index reads, the conv window, the conv and its history, the preprocessing), which
+// splits the batch-1 round's layer between that prologue and the token loop.
 using ConvVariants128 = std::tuple<Decayed<128, 32, 4, 4, 3>, PostState<128, 32, 4, 4, 3>, Decayed<128, 16, 2, 4, 3>,
-                                   Decayed<128, 32, 4, 8, 1>, Decayed<128, 16, 4, 8, 1>>;
+                                   Decayed<128, 32, 4, 8, 1>, Decayed<128, 16, 4, 8, 1>,
+                                   VerifyVariant<VerifyTile<128, 32, 4, 4, 3>, OutputFormula::decayed_state,
+                                                 VerifyProbe::prologue_only>>;
 
 // K = 64 chains (the SIMT tests only: the sweep's shapes are Kimi-Linear's, K = 128), bf16 state's
 // 8-byte prefetch copies among them.

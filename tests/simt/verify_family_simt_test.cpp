@@ -8,7 +8,7 @@
 // output of every round, every byte of the storage after it, every pool after the last materialize.
 // The formula before issue 31 (OutputFormula::post_state) matches within the kernels' tolerance. The
 // probes: no_state_stores gives the library's outputs and leaves the post-state rows alone;
-// prologue_only writes nothing. And the library's own choice of tile, which depends on the batch
+// prologue_only writes neither (with the conv fused in, both leave the conv state as the library). And the library's own choice of tile, which depends on the batch
 // (verify_tiling), gives the same bits whichever tile it takes.
 //
 // Lanes as OS threads (ThreadSanitizer): the library's two tiles, one other member and one persistent
@@ -260,6 +260,74 @@ bool runs_on_thread_lanes() {
          std::is_same_v<typename V::Tile, VerifyTile<128, 16, 4, 16, 1>>;
 }
 
+// One verify of fused-accept rows on identical storage, the library's on A and probe V's on B, with the
+// conv fused in when kConv: no_state_stores gives the library's outputs and writes no post-state;
+// prologue_only writes neither (it stops before the token loop); with the conv, both leave the conv
+// state as the library does (the conv and its history are the prologue's).
+template <class V, bool kConv>
+void expect_probe_writes() {
+  const int K = V::Tile::kHeadDim;
+  const VerifierConfig c = member_config(K, Mode::fused_accept, DType::f32);
+  const ConvShape conv = kConv ? ConvShape{conv_channels(c.model), 4, ConvActivation::silu} : ConvShape{};
+  CallerStorage sa(c, CallerLayout::compact, conv), sb(c, CallerLayout::compact, conv);
+  BackendInputs in(c);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int32_t slot = 0; slot < c.pool.slots; ++slot) {
+    const std::vector<uint8_t> states = random_states(c, rng);
+    sa.prefill(slot, states);
+    sb.prefill(slot, states);
+    if (kConv) {
+      const std::vector<uint8_t> window =
+          random_io_bytes(size_t(conv_state_row_elems(sa.spec, c.pool.scratch_steps)), c.io_dtype, rng, -2.0f, 2.0f);
+      sa.conv_state.write_row(0, slot, window.data());
+      sb.conv_state.write_row(0, slot, window.data());
+    }
+  }
+  in.randomize(rng);
+  detail::Buffer x, weight;
+  if (kConv) {
+    x = detail::Buffer(c.backend, size_t(c.max_rows) * c.tokens * conv.channels * dtype_size(c.io_dtype));
+    const std::vector<uint8_t> bytes = random_io_bytes(x.bytes() / dtype_size(c.io_dtype), c.io_dtype, rng, -1.0f, 1.0f);
+    x.upload(bytes.data(), bytes.size());
+    std::uniform_real_distribution<float> d(-0.8f, 0.8f);
+    std::vector<float> w(size_t(conv.channels) * conv.width);
+    for (auto& e : w) e = d(rng);
+    weight = detail::Buffer::copy_of(c.backend, w);
+  }
+  const std::vector<int32_t> packed = {2, 3, 1, -1};  // n_real 2 of 3 rows
+  for (CallerStorage* st : {&sa, &sb}) {
+    st->batch.upload(packed.data(), packed.size() * sizeof(int32_t));
+    ops::build_indices(kCpu, st->spec, st->storage, st->batch_view(c.max_rows), st->idx);
+  }
+  const std::vector<uint8_t> scratch_before = sb.scratch.bytes(), conv_before = sb.conv_state.bytes();
+  for (int side = 0; side < 2; ++side) {
+    CallerStorage& st = side == 0 ? sa : sb;
+    ConvLayerInputs cin;
+    if (kConv) cin = conv_into_verify_inputs(st.spec, x.data(), weight.as<float>(), nullptr, nullptr, nullptr, nullptr);
+    (side == 0 ? library_verify() : member_verify<V, kConv>())(st, c.max_rows, 0, in.view(0, side),
+                                                               kConv ? &cin : nullptr);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  ASSERT_EQ(simt::synchronize(), cudaSuccess) << simt::last_error();  // the member, held at its wait, ends
+  const auto oa = in.o[0][0].download<uint8_t>(), ob = in.o[1][0].download<uint8_t>();
+  EXPECT_EQ(sb.scratch.bytes(), scratch_before) << "a probe wrote a post-state";
+  if constexpr (V::kProbe == VerifyProbe::no_state_stores) {
+    EXPECT_EQ(first_difference(ob, oa), -1) << "the probe's outputs differ from the library's at this byte";
+    EXPECT_NE(sa.scratch.bytes(), scratch_before) << "the library wrote no post-state: the check above proves nothing";
+  } else {
+    const size_t real = oa.size() / size_t(c.max_rows) * 2;  // the padded row's zeros are written
+    EXPECT_EQ(std::vector<uint8_t>(ob.begin(), ob.begin() + ptrdiff_t(real)), std::vector<uint8_t>(real, 0xff))
+        << "the prologue probe wrote an output";
+  }
+  if (kConv) {
+    EXPECT_NE(sa.conv_state.bytes(), conv_before) << "the library wrote no conv history: the check below proves nothing";
+    EXPECT_EQ(first_difference(sb.conv_state.bytes(), sa.conv_state.bytes()), -1)
+        << "the probe's conv state differs from the library's at this byte";
+  }
+}
+
 template <class V>
 class ChainMember : public ::testing::Test {};
 using ChainMembers = decltype(std::tuple_cat(ChainVariants128{}, ChainVariants64{}));
@@ -288,37 +356,7 @@ TYPED_TEST(ChainMember, RunsRoundsOfEveryModeAsTheLibraryDoes) {
       expect_rounds_agree(member_config(K, Mode::replay, DType::f32, 9), ConvShape{}, fresh_seed(), 3, library_verify(),
                           member, expect);
   } else {
-    // One verify of fused-accept rows on identical storage: the probe's outputs and post-state rows
-    // against the library's.
-    const VerifierConfig c = member_config(K, Mode::fused_accept, DType::f32);
-    CallerStorage sa(c, CallerLayout::compact), sb(c, CallerLayout::compact);
-    BackendInputs in(c);
-    std::mt19937_64 rng(fresh_seed());
-    for (int32_t slot = 0; slot < c.pool.slots; ++slot) {
-      const std::vector<uint8_t> states = random_states(c, rng);
-      sa.prefill(slot, states);
-      sb.prefill(slot, states);
-    }
-    in.randomize(rng);
-    const std::vector<int32_t> packed = {2, 3, 1, -1};  // n_real 2 of 3 rows
-    for (CallerStorage* st : {&sa, &sb}) {
-      st->batch.upload(packed.data(), packed.size() * sizeof(int32_t));
-      ops::build_indices(kCpu, st->spec, st->storage, st->batch_view(c.max_rows), st->idx);
-    }
-    const std::vector<uint8_t> scratch_before = sb.scratch.bytes();
-    library_verify()(sa, c.max_rows, 0, in.view(0, 0), nullptr);
-    member(sb, c.max_rows, 0, in.view(0, 1), nullptr);
-    ASSERT_EQ(simt::synchronize(), cudaSuccess) << simt::last_error();  // the member, held at its wait, ends
-    const auto oa = in.o[0][0].download<uint8_t>(), ob = in.o[1][0].download<uint8_t>();
-    EXPECT_EQ(sb.scratch.bytes(), scratch_before) << "a probe wrote a post-state";
-    if constexpr (V::kProbe == VerifyProbe::no_state_stores) {
-      EXPECT_EQ(first_difference(ob, oa), -1) << "the probe's outputs differ from the library's at this byte";
-      EXPECT_NE(sa.scratch.bytes(), scratch_before) << "the library wrote no post-state: the check above proves nothing";
-    } else {
-      const size_t real = oa.size() / size_t(c.max_rows) * 2;  // the padded row's zeros are written
-      EXPECT_EQ(std::vector<uint8_t>(ob.begin(), ob.begin() + ptrdiff_t(real)), std::vector<uint8_t>(real, 0xff))
-          << "the prologue probe wrote an output";
-    }
+    expect_probe_writes<V, false>();
   }
 }
 
@@ -330,8 +368,12 @@ TYPED_TEST_SUITE(ConvMember, TypesOf<ConvVariants128>::type, VariantNames);
 TYPED_TEST(ConvMember, RunsRoundsOfEveryModeAsTheLibraryDoes) {
   using V = TypeParam;
   const bool subset = threads_lanes();
-  if (subset && !std::is_same_v<typename V::Tile, typename LibraryTiles<128>::fused>)
+  if (subset && !(std::is_same_v<typename V::Tile, typename LibraryTiles<128>::fused> && V::kProbe == VerifyProbe::none))
     GTEST_SKIP() << "OS-thread lanes: this member runs in the fiber builds";
+  if constexpr (V::kProbe != VerifyProbe::none) {
+    expect_probe_writes<V, true>();
+    return;
+  }
   const Expect expect = V::kFormula == OutputFormula::decayed_state ? Expect::bitwise : Expect::within_tolerance;
   const std::vector<Mode> modes = subset ? std::vector<Mode>{Mode::fused_accept}
                                          : std::vector<Mode>{Mode::fused_accept, Mode::two_phase, Mode::replay};
