@@ -15,7 +15,9 @@
 //              aim is 0.12 / 0.15 ms at batch 1 (issue 31), where one launch alone would time its own launch
 //              latency, which the graph's edges hide. The conv's "unfused": its conv and verify as two
 //              launches a layer, through the Verifier as an engine without fusion runs them. The layers
-//              share one set of inputs (at batch 1 under 2% of a layer's bytes), which stay in L2.
+//              share one set of inputs (at batch 1 under 2% of a layer's bytes), which stay in L2. The
+//              probes run rounds too, and "floor" is the library's launches of a kernel that only waits
+//              and triggers: a layer's time is split into that floor, the prologue and the rest.
 // Each layer's parameters are the ones a round's verify gets in a graph (graph/ops_params.h: indices
 // built on the device, pre-round data for the early seed loads). Before a member is timed it runs once on
 // the library's starting storage, and a member with the library's formula must give the library's bits:
@@ -55,6 +57,7 @@
 #include "kdagraph/verifier.hpp"
 #include "kernels/cuda_check.h"
 #include "kernels/kda_math.h"
+#include "kernels/launch.cuh"
 #include "kernels/memory.h"
 #include "kernels/stream.h"
 #include "kernels/synthetic.h"
@@ -78,6 +81,45 @@ __global__ void count_differences_kernel(const uint32_t* a, const uint32_t* b, i
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += int64_t(gridDim.x) * blockDim.x)
     mine += a[i] != b[i];
   if (mine > 0) atomicAdd(count, mine);
+}
+
+// A round's floor (Sweep::run_round): a block that does nothing but what every kernel of a round does,
+// wait for the kernel before it and let the one after it start. A graph of these on the library's grid
+// times the launches and drains a round's layers cost before any work.
+__global__ void round_floor_kernel() {
+  grid_dependency_wait();
+  trigger_dependent_launch();
+}
+
+struct LaunchShape {
+  dim3 grid, block;
+  size_t shared_bytes = 0;
+};
+
+// The grid, blocks and dynamic shared memory of the library's verify launch for `p`, read from the kernel
+// node of a one-launch capture (nothing runs), so the floor follows the library's choice of tile.
+LaunchShape library_launch_shape(cudaStream_t stream, const VerifyParams& p) {
+  cudaGraph_t g = nullptr;
+  KDA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  cudaError_t launched;
+  try {
+    launched = launch_verify(p, Launch{stream, false});
+  } catch (...) {  // the stream leaves capture whatever the launcher threw
+    if (cudaStreamEndCapture(stream, &g) == cudaSuccess) cudaGraphDestroy(g);
+    throw;
+  }
+  KDA_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+  size_t nodes = 0;
+  cudaGraphNode_t node = nullptr;
+  cudaKernelNodeParams kp{};
+  cudaError_t e = launched;
+  if (e == cudaSuccess) e = cudaGraphGetNodes(g, nullptr, &nodes);
+  if (e == cudaSuccess && nodes == 1) e = cudaGraphGetNodes(g, &node, &nodes);
+  if (e == cudaSuccess && nodes == 1) e = cudaGraphKernelNodeGetParams(node, &kp);
+  cudaGraphDestroy(g);
+  KDA_CUDA_CHECK(e);
+  if (nodes != 1) throw Error("bench_verify_sweep: the library's verify captured " + std::to_string(nodes) + " nodes, not 1");
+  return LaunchShape{kp.gridDim, kp.blockDim, kp.sharedMemBytes};
 }
 
 // 32-bit words in which two device buffers of `bytes` differ (every buffer here is a multiple of 4).
@@ -305,10 +347,14 @@ struct Sweep {
     return text;
   }
 
-  // A round of `s` (profiling::kSweepRoundLayers layers): the library's verify and every member that
-  // computes it (no probes), each a CUDA graph of its launches, one a layer with PDL, as a round's graph
-  // has them; with the conv, also the conv and the verify as two launches a layer. Each is checked against
-  // the library's round first (the storage of every layer, the last layer's outputs), then timed by replays.
+  // A round of `s` (profiling::kSweepRoundLayers layers): the library's verify and every member of the
+  // shape's list, probes included, each a CUDA graph of its launches, one a layer with PDL, as a round's
+  // graph has them; with the conv, also the conv and the verify as two launches a layer. Each is checked
+  // against the library's round first (the storage of every layer, the last layer's outputs; a probe is
+  // only run), then timed by replays. Last the round's floor ("floor"): the library's launches, their
+  // grid, blocks and shared memory, of a kernel that only waits and triggers. At batch 1 a layer's time
+  // is that floor, the prologue (the 16-row tile's -prologue probe, less the floor) and the token loop with
+  // its stores (the rest), so a missed round aim says which of the three to cut.
   void run_round(const SweepShape& s, std::unique_ptr<Case>& held) {
     held = std::make_unique<Case>(s, stream, profiling::kSweepRoundLayers);
     Case& c = *held;
@@ -326,20 +372,28 @@ struct Sweep {
     c.run_library(stream, [&] { library.launch(st); });
     const double library_us = time([&] { library.launch(st); });
     add(s, "library", 0, library_us, bytes, library_us, "library", true, false);
-    const auto timed_round = [&](const std::string& name, int tile_rows, const detail::Graph& g, bool exact) {
+    const auto timed_round = [&](const std::string& name, int tile_rows, const detail::Graph& g, bool exact,
+                                 bool probe) {
       c.restore(stream);
       g.launch(st);
       KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
-      const std::string check = checked(c, exact, false);
-      add(s, name, tile_rows, time([&] { g.launch(st); }), bytes, library_us, check, exact, false);
+      const std::string check = checked(c, exact, probe);
+      add(s, name, tile_rows, time([&] { g.launch(st); }), bytes, library_us, check, exact, probe);
     };
     for (const SweepMember& m : r.members) {
-      if (m.conv != s.conv || m.probe) continue;
+      if (m.conv != s.conv) continue;
       const profiling::SweepLauncher launch = s.state == DType::f32 ? m.f32_state : m.bf16_state;
       timed_round(m.name, m.tile_rows,
                   capture([&](int32_t l) { KDA_CUDA_CHECK(launch(c.layer_params[size_t(l)], Launch{stream, true})); }),
-                  m.exact);
+                  m.exact, m.probe);
     }
+    // The floor: the library's launches with blocks that only wait and trigger (round_floor_kernel).
+    const LaunchShape shape = library_launch_shape(stream, c.params);
+    const detail::Graph floor_graph = capture([&](int32_t) {
+      KDA_CUDA_CHECK(
+          launch_kernel_shared(round_floor_kernel, shape.grid, shape.block, shape.shared_bytes, Launch{stream, true}));
+    });
+    add(s, "floor", 0, time([&] { floor_graph.launch(st); }), bytes, library_us, "floor", false, true);
     if (s.conv) {  // the Verifier's two launches give the fused kernel's bits (VerifierConfig::fuse_conv)
       Verifier& v = *c.verifier;
       LayerInputs unfused_in = c.in;
@@ -350,7 +404,7 @@ struct Sweep {
                     v.enqueue_conv(st, l, c.conv_in, s.batch);
                     v.enqueue_verify(st, l, unfused_in, s.batch);
                   }),
-                  true);
+                  true, false);
     }
   }
 };

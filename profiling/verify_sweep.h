@@ -83,11 +83,12 @@ inline constexpr int32_t kSweepRoundLayers = 20;
 
 struct SweepRow {
   SweepShape shape;
-  std::string member;  // "library", a member's name, the conv's "unfused", the trees' "chain"
+  // "library", a member's name, the conv's "unfused", the trees' "chain", a round's "floor"
+  std::string member;
   int tile_rows = 0;
   double us = 0, gbps = 0, library_us = 0;  // a round's: us for all its layers
-  std::string check;  // "library", "bitwise", "DIFFERS (n words)", "err 1e-3", "probe", "-"
-  bool exact = false, probe = false;
+  std::string check;  // "library", "bitwise", "DIFFERS (n words)", "err 1e-3", "probe", "floor", "-"
+  bool exact = false, probe = false;        // probe: a probe or a round's floor, never the fastest
 };
 
 struct SweepResults {

@@ -247,19 +247,37 @@ std::string sweep_markdown(const SweepResults& sw, const SweepGrid& grid, const 
         kSweepRoundLayers);
     add("The verify's part of issue 31's L = 20 round, whose aim (the whole round, round_bench) is 120 us at T 2 "
         "and 150 us at T 4.\n\n");
-    add("| conv | T | library us | us a layer | fastest | us | library / fastest | unfused us |\n"
-        "|---|---:|---:|---:|---|---:|---:|---:|\n");
+    add("A layer of the library's round split three ways (us a layer): the floor, %d launches of the library's "
+        "grid whose blocks only wait and trigger; the prologue, the 16-row tile (the library's at batch 1) cut "
+        "before its token loop (-prologue), less the floor; the rest, the token loop and its stores.\n\n",
+        kSweepRoundLayers);
+    add("| conv | T | library us | us a layer | floor | prologue | rest | fastest | us | library / fastest | "
+        "unfused us |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n");
+    const auto per_layer = [&](const SweepRow* r, double minus) {
+      if (r == nullptr) return std::string("-");
+      std::snprintf(line, sizeof line, "%.2f", (r->us - minus) / kSweepRoundLayers);
+      return std::string(line);
+    };
     for (const SweepShape& s : rounds) {
       const auto rs = rows_of(sw, s);
       const SweepRow *lib = find(rs, "library"), *best = fastest(rs), *unfused = find(rs, "unfused");
+      const SweepRow *floor_row = find(rs, "floor"), *prologue_row = nullptr;
+      for (const SweepRow* r : rs)
+        if (r->tile_rows == 16 && r->member.size() > 9 && r->member.compare(r->member.size() - 9, 9, "-prologue") == 0)
+          prologue_row = r;
       if (lib == nullptr || best == nullptr) continue;
       std::string two = "-";
       if (unfused != nullptr) {
         std::snprintf(line, sizeof line, "%.1f", unfused->us);
         two = line;
       }
-      add("| %s | %d | %.1f | %.2f | %s | %.1f | %.2f | %s |\n", s.conv ? "fused" : "none", s.tokens, lib->us,
-          lib->us / kSweepRoundLayers, best->member.c_str(), best->us, lib->us / best->us, two.c_str());
+      const std::string floor_us = per_layer(floor_row, 0);
+      const std::string prologue_us = floor_row != nullptr ? per_layer(prologue_row, floor_row->us) : "-";
+      const std::string rest_us = prologue_row != nullptr ? per_layer(lib, prologue_row->us) : "-";
+      add("| %s | %d | %.1f | %.2f | %s | %s | %s | %s | %.1f | %.2f | %s |\n", s.conv ? "fused" : "none", s.tokens,
+          lib->us, lib->us / kSweepRoundLayers, floor_us.c_str(), prologue_us.c_str(), rest_us.c_str(),
+          best->member.c_str(), best->us, lib->us / best->us, two.c_str());
     }
   }
   add("\n%d member run(s) with the library's formula gave other bits than the library%s\n", sw.mismatches,
