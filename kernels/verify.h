@@ -2,7 +2,8 @@
 //
 // Each (row, value head) starts from its seed (pool[slot] or a scratch row, as RoundIndices says),
 // applies the update for t = 1..T, writes every post-state to scratch row write_row[n][t] (a negative
-// row: not written) and every output o_t. Padded rows read nothing, write no state and output zeros.
+// row: not written) and every output o_t. Padded rows read no state, write no state and output zeros
+// (the CUDA kernel's small tiles may start reading a row's inputs before its indices say it is padded).
 //
 // Replay mode: a row first replays its accepted prefix, the a tokens the token cache holds from its
 // last round, onto pool[slot] (the same preprocessing and update, no outputs), writes that state back

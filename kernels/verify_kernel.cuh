@@ -116,6 +116,22 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
   const bool o_vectors = reinterpret_cast<uintptr_t>(p.o) % kVecBytes == 0;
 
   const bool report = b.v0 == 0 && b.h == 0 && threadIdx.x == 0;
+  // Inputs first (a block a unit, tiles of at most 32 rows): with no replayed prefix (no materialize
+  // list, no replay counts) the token list is the T new tokens whatever the index arrays say, so the
+  // first chunk's input copies start, and the lines its preprocessing and scalars will load are asked of
+  // L1, before the index reads below: their round trips overlap instead of following each other (at
+  // batch 1, where the library runs its 16-row tiles, a layer is such a chain). Nothing here waits for a
+  // load. The taller tiles and the persistent schedule, for batches of many blocks an SM, keep the order:
+  // the wide tile holds its state in all 128 registers a thread, and the persistent 16-row one, with
+  // its prefetch's bookkeeping, spilled with it. A padded row's block reads these inputs (in bounds) and
+  // only waits for its copies.
+  constexpr bool kInputsFirst = kTileV <= 32 && kSchedule == VerifySchedule::block_a_unit;
+  const bool inputs_first = kInputsFirst && p.slot_list == nullptr && p.replay_count == nullptr && T > 0;
+  if (inputs_first) {
+    const ChunkTokens first = chunk_tokens(b, 0, T < kChunkTokens ? T : kChunkTokens);  // b.r: no prefix
+    start_input_copies<K, kTileV, kThreads, kConv, IoT>(p, b, first, st, cs);
+    prefetch_token_inputs<K, kThreads, kConv, IoT>(p, b, first);
+  }
   if (p.slot_list != nullptr) {
     // A materialize list is checked for repeats by a scan of the entries before row n: one thread
     // resolves the row and the block shares it (a block is one row's tile, so it is written once).
@@ -174,7 +190,8 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
         __syncthreads();
       }
     }
-    copy_tile_inputs<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st, cs);
+    if (inputs_first && u0 == 0) stage_token_scalars<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st);  // copies above
+    else copy_tile_inputs<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st, cs);
     if constexpr (kConv && kTree) stage_tree_conv_sources<K, kTileV, kThreads, IoT>(p, b, ch, *cs);
     if constexpr (kConv) {
       __pipeline_wait_prior(0);

@@ -230,10 +230,11 @@ __device__ __forceinline__ ChunkTokens chunk_tokens(const BlockRow& b, int32_t u
 
 // Starts the copies of a chunk's tile inputs into shared memory: the tile's v rows (fused, the replayed
 // tokens' only: the conv makes the new ones) as 16-byte cp.async, and, fused, the new tokens' x rows of
-// the block's conv channels after the conv window; beta and the post-state rows with plain loads.
+// the block's conv channels after the conv window. Nothing here reads the index arrays or waits for a
+// load: with no replayed prefix it may run before them (verify_unit's inputs first).
 template <int K, int kTileV, int kThreads, bool kConv, class IoT>
-__device__ __forceinline__ void copy_tile_inputs(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
-                                                 StagedTokens<K, kTileV, IoT>& st, ConvStaging<K, kTileV, IoT>* cs) {
+__device__ __forceinline__ void start_input_copies(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                                   StagedTokens<K, kTileV, IoT>& st, ConvStaging<K, kTileV, IoT>* cs) {
   constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
   constexpr int kTileVecs = kTileV / kElemsPerVec;  // 16-byte vectors in the tile's part of one v row
   const int tid = int(threadIdx.x);
@@ -254,11 +255,60 @@ __device__ __forceinline__ void copy_tile_inputs(const VerifyParams& p, const Bl
     }
   }
   __pipeline_commit();
+}
+
+// A chunk's per-token scalars, with plain loads: beta, and the scratch rows its post-states go to (the
+// index build's write rows; -1 for a replayed token).
+template <int K, int kTileV, int kThreads, bool kConv, class IoT>
+__device__ __forceinline__ void stage_token_scalars(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                                    StagedTokens<K, kTileV, IoT>& st) {
+  const int tid = int(threadIdx.x);
   if (tid < ch.count) {
     const int32_t u = ch.u0 + tid;
     st.beta[tid] = math::beta_value(p.options, math::to_f32(*token_ptrs<K, kConv, IoT>(p, b, u).beta));
     const bool report = b.h == 0 && b.v0 == 0;
     st.write_row[tid] = u >= b.r.replay ? post_state_row(p, b.n, u - b.r.replay, report) : -1;
+  }
+}
+
+// Both: a chunk's input copies started, then its scalars staged.
+template <int K, int kTileV, int kThreads, bool kConv, class IoT>
+__device__ __forceinline__ void copy_tile_inputs(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
+                                                 StagedTokens<K, kTileV, IoT>& st, ConvStaging<K, kTileV, IoT>* cs) {
+  start_input_copies<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st, cs);
+  stage_token_scalars<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st);
+}
+
+// Asks L1 for the line holding `at` (prefetch.global.L1): nothing waits for it and nothing is written,
+// so a load after it finds the line there or goes on to L2 as it would have. No-op off the device.
+__device__ __forceinline__ void prefetch_line(const void* at) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(at));
+#else
+  (void)at;
+#endif
+}
+
+// The lines a chunk's new tokens' preprocessing and scalars will read, asked of L1 (prefetch_line): q
+// and k (not with the conv, which makes them), g, and beta, 128 bytes a request, each row's last byte
+// too (a row need not start on a line). verify_unit's inputs first issues them before the index reads,
+// so those round trips overlap.
+template <int K, int kThreads, bool kConv, class IoT>
+__device__ __forceinline__ void prefetch_token_inputs(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch) {
+  constexpr int kLine = 128, kRowBytes = K * int(sizeof(IoT));
+  constexpr int kRowRequests = (kRowBytes + kLine - 1) / kLine + 1;  // the last byte's line, maybe again
+  constexpr int kRows = kConv ? 1 : 3;                                  // g, or q, k and g
+  constexpr int kPerToken = kRows * kRowRequests + 1;                   // and beta
+  for (int e = int(threadIdx.x); e < ch.n_new * kPerToken; e += kThreads) {
+    const int i = e / kPerToken, j = e % kPerToken;
+    const TokenPtrs<IoT> src = token_ptrs<K, kConv, IoT>(p, b, ch.first + i);
+    if (j == kPerToken - 1) {
+      prefetch_line(src.beta);
+      continue;
+    }
+    const int row = j / kRowRequests, request = j % kRowRequests;
+    const char* at = reinterpret_cast<const char*>(row == kRows - 1 ? src.g : row == 0 ? src.q : src.k);
+    prefetch_line(at + (request == kRowRequests - 1 ? kRowBytes - 1 : request * kLine));
   }
 }
 
