@@ -195,10 +195,22 @@ KDA_HD ConvRow conv_row_at(const ConvParams& p, int32_t n, int32_t slot, int32_t
   return r;
 }
 
-KDA_HD ConvRow conv_row(const ConvParams& p, int32_t n, bool report) {
+// Row n's entries of the index arrays conv_row reads (those its layout keeps), as they are: loaded apart
+// from their checks so that a verify can start these loads before it knows whether the row is padded.
+struct ConvRowIndices {
+  int32_t slot = -1, accept = 0, parity = 0;
+};
+KDA_HD ConvRowIndices conv_row_indices(const ConvParams& p, int32_t n) {
   const bool fixed = p.layout == ConvLayout::fixed_window;
-  return conv_row_at(p, n, p.row_slot[n], fixed ? 0 : p.row_accept[n],
-                     p.layout == ConvLayout::halves ? p.row_parity[n] : 0, report);
+  return ConvRowIndices{p.row_slot[n], fixed ? 0 : p.row_accept[n], p.layout == ConvLayout::halves ? p.row_parity[n] : 0};
+}
+
+KDA_HD ConvRow conv_row_at(const ConvParams& p, int32_t n, const ConvRowIndices& i, bool report) {
+  return conv_row_at(p, n, i.slot, i.accept, i.parity, report);
+}
+
+KDA_HD ConvRow conv_row(const ConvParams& p, int32_t n, bool report) {
+  return conv_row_at(p, n, conv_row_indices(p, n), report);
 }
 
 // Where channel c of a row's outputs goes: the segment holding it, found once per unit (the

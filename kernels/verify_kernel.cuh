@@ -132,6 +132,10 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
     start_input_copies<K, kTileV, kThreads, kConv, IoT>(p, b, first, st, cs);
     prefetch_token_inputs<K, kThreads, kConv, IoT>(p, b, first);
   }
+  // The conv's row entries are loaded beside the verify's (not after them, as conv_row would when the
+  // row turns out not padded); their checks, and what they record, still wait for that.
+  ConvRowIndices conv_at;
+  if constexpr (kConv) conv_at = conv_row_indices(p.conv, b.n);
   if (p.slot_list != nullptr) {
     // A materialize list is checked for repeats by a scan of the entries before row n: one thread
     // resolves the row and the block shares it (a block is one row's tile, so it is written once).
@@ -144,7 +148,7 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
   }
   const VerifyBases bases = b.r.padded() ? VerifyBases{} : verify_bases(p, b.r, b.n, report);
   ConvRow cr;
-  if constexpr (kConv) cr = b.r.padded() || !bases.ok ? ConvRow{} : conv_row(p.conv, b.n, report);
+  if constexpr (kConv) cr = b.r.padded() || !bases.ok ? ConvRow{} : conv_row_at(p.conv, b.n, conv_at, report);
   if (b.r.padded() || !bases.ok || (kConv && cr.padded())) {  // padded row: zeros out, no state written
     drain_copies();
     for (int e = int(threadIdx.x); e < T * kTileV; e += kThreads)
