@@ -291,14 +291,19 @@ __device__ __forceinline__ void prefetch_line(const void* at) {
 
 // The lines a chunk's new tokens' preprocessing and scalars will read, asked of L1 (prefetch_line): q
 // and k (not with the conv, which makes them), g, and beta, 128 bytes a request, each row's last byte
-// too (a row need not start on a line). verify_unit's inputs first issues them before the index reads,
-// so those round trips overlap.
+// too (a row need not start on a line), and the row's write rows (an index array, which the scalars
+// read after the seed's). verify_unit's inputs first issues them before the index reads, so those round
+// trips overlap.
 template <int K, int kThreads, bool kConv, class IoT>
 __device__ __forceinline__ void prefetch_token_inputs(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch) {
   constexpr int kLine = 128, kRowBytes = K * int(sizeof(IoT));
   constexpr int kRowRequests = (kRowBytes + kLine - 1) / kLine + 1;  // the last byte's line, maybe again
   constexpr int kRows = kConv ? 1 : 3;                                  // g, or q, k and g
   constexpr int kPerToken = kRows * kRowRequests + 1;                   // and beta
+  if (p.writes_scratch && threadIdx.x < 2) {  // the row's T entries, first and last
+    const int32_t* rows = p.write_row + int64_t(b.n) * p.tokens;
+    prefetch_line(threadIdx.x == 0 ? rows : rows + p.tokens - 1);
+  }
   for (int e = int(threadIdx.x); e < ch.n_new * kPerToken; e += kThreads) {
     const int i = e / kPerToken, j = e % kPerToken;
     const TokenPtrs<IoT> src = token_ptrs<K, kConv, IoT>(p, b, ch.first + i);
