@@ -202,7 +202,8 @@ struct ConvRowIndices {
 };
 KDA_HD ConvRowIndices conv_row_indices(const ConvParams& p, int32_t n) {
   const bool fixed = p.layout == ConvLayout::fixed_window;
-  return ConvRowIndices{p.row_slot[n], fixed ? 0 : p.row_accept[n], p.layout == ConvLayout::halves ? p.row_parity[n] : 0};
+  return ConvRowIndices{p.row_slot[n], fixed ? 0 : p.row_accept[n],
+                        p.layout == ConvLayout::halves ? p.row_parity[n] : 0};
 }
 
 KDA_HD ConvRow conv_row_at(const ConvParams& p, int32_t n, const ConvRowIndices& i, bool report) {

@@ -118,7 +118,8 @@ LaunchShape library_launch_shape(cudaStream_t stream, const VerifyParams& p) {
   if (e == cudaSuccess && nodes == 1) e = cudaGraphKernelNodeGetParams(node, &kp);
   cudaGraphDestroy(g);
   KDA_CUDA_CHECK(e);
-  if (nodes != 1) throw Error("bench_verify_sweep: the library's verify captured " + std::to_string(nodes) + " nodes, not 1");
+  if (nodes != 1)
+    throw Error("bench_verify_sweep: the library's verify captured " + std::to_string(nodes) + " nodes, not 1");
   return LaunchShape{kp.gridDim, kp.blockDim, kp.sharedMemBytes};
 }
 

@@ -8,8 +8,9 @@
 // output of every round, every byte of the storage after it, every pool after the last materialize.
 // The formula before issue 31 (OutputFormula::post_state) matches within the kernels' tolerance. The
 // probes: no_state_stores gives the library's outputs and leaves the post-state rows alone;
-// prologue_only writes neither (with the conv fused in, both leave the conv state as the library). And the library's own choice of tile, which depends on the batch
-// (verify_tiling), gives the same bits whichever tile it takes.
+// prologue_only writes neither (with the conv fused in, both leave the conv state as the library). And
+// the library's own choice of tile, which depends on the batch (verify_tiling), gives the same bits
+// whichever tile it takes.
 //
 // Lanes as OS threads (ThreadSanitizer): the library's two tiles, one other member and one persistent
 // member (K = 64, its prefetch without a barrier), one mode.
@@ -289,7 +290,8 @@ void expect_probe_writes() {
   detail::Buffer x, weight;
   if (kConv) {
     x = detail::Buffer(c.backend, size_t(c.max_rows) * c.tokens * conv.channels * dtype_size(c.io_dtype));
-    const std::vector<uint8_t> bytes = random_io_bytes(x.bytes() / dtype_size(c.io_dtype), c.io_dtype, rng, -1.0f, 1.0f);
+    const std::vector<uint8_t> bytes =
+        random_io_bytes(x.bytes() / dtype_size(c.io_dtype), c.io_dtype, rng, -1.0f, 1.0f);
     x.upload(bytes.data(), bytes.size());
     std::uniform_real_distribution<float> d(-0.8f, 0.8f);
     std::vector<float> w(size_t(conv.channels) * conv.width);
@@ -322,7 +324,8 @@ void expect_probe_writes() {
         << "the prologue probe wrote an output";
   }
   if (kConv) {
-    EXPECT_NE(sa.conv_state.bytes(), conv_before) << "the library wrote no conv history: the check below proves nothing";
+    EXPECT_NE(sa.conv_state.bytes(), conv_before)
+        << "the library wrote no conv history: the check below proves nothing";
     EXPECT_EQ(first_difference(sb.conv_state.bytes(), sa.conv_state.bytes()), -1)
         << "the probe's conv state differs from the library's at this byte";
   }
@@ -368,7 +371,8 @@ TYPED_TEST_SUITE(ConvMember, TypesOf<ConvVariants128>::type, VariantNames);
 TYPED_TEST(ConvMember, RunsRoundsOfEveryModeAsTheLibraryDoes) {
   using V = TypeParam;
   const bool subset = threads_lanes();
-  if (subset && !(std::is_same_v<typename V::Tile, typename LibraryTiles<128>::fused> && V::kProbe == VerifyProbe::none))
+  constexpr bool kLibraryTile = std::is_same_v<typename V::Tile, typename LibraryTiles<128>::fused>;
+  if (subset && !(kLibraryTile && V::kProbe == VerifyProbe::none))
     GTEST_SKIP() << "OS-thread lanes: this member runs in the fiber builds";
   if constexpr (V::kProbe != VerifyProbe::none) {
     expect_probe_writes<V, true>();
