@@ -117,6 +117,48 @@ double rel_error_bytes(const std::vector<uint8_t>& got, const std::vector<uint8_
   return rel_error(a, b);
 }
 
+// Two caller storages A and B given the same start, and the fused conv's inputs they share: every slot's
+// random recurrent states and, with the conv (conv.width > 0), every layer's random conv window, written
+// into both; per layer random conv weights and an x buffer that randomize_x refills each round.
+struct TwinStart {
+  std::vector<detail::Buffer> x, weight;
+
+  TwinStart(const VerifierConfig& c, const ConvShape& conv, CallerStorage& sa, CallerStorage& sb,
+            std::mt19937_64& rng) {
+    for (int32_t l = 0; conv.width > 0 && l < c.model.layers; ++l) {
+      x.emplace_back(c.backend, size_t(c.max_rows) * c.tokens * conv.channels * dtype_size(c.io_dtype));
+      std::uniform_real_distribution<float> d(-0.8f, 0.8f);
+      std::vector<float> w(size_t(conv.channels) * conv.width);
+      for (auto& e : w) e = d(rng);
+      weight.push_back(detail::Buffer::copy_of(c.backend, w));
+    }
+    for (int32_t slot = 0; slot < c.pool.slots; ++slot) {
+      const std::vector<uint8_t> states = random_states(c, rng);
+      sa.prefill(slot, states);
+      sb.prefill(slot, states);
+      for (int32_t l = 0; conv.width > 0 && l < c.model.layers; ++l) {
+        const std::vector<uint8_t> window =
+            random_io_bytes(size_t(conv_state_row_elems(sa.spec, c.pool.scratch_steps)), c.io_dtype, rng, -2.0f, 2.0f);
+        sa.conv_state.write_row(l, slot, window.data());
+        sb.conv_state.write_row(l, slot, window.data());
+      }
+    }
+  }
+
+  void randomize_x(DType io, std::mt19937_64& rng) {
+    for (auto& xl : x) {
+      const std::vector<uint8_t> bytes = random_io_bytes(xl.bytes() / dtype_size(io), io, rng, -1.0f, 1.0f);
+      xl.upload(bytes.data(), bytes.size());
+    }
+  }
+
+  // Layer l's conv inputs on storage st, for a verify with the conv fused in (conv.width > 0 only).
+  ConvLayerInputs layer(const CallerStorage& st, int32_t l) const {
+    return conv_into_verify_inputs(st.spec, x[size_t(l)].data(), weight[size_t(l)].as<float>(), nullptr, nullptr,
+                                   nullptr, nullptr);
+  }
+};
+
 // `rounds` rounds of random batches (padded to max_rows, random accept lengths) in c.mode, with the conv
 // fused in when conv.width > 0, on two caller storages: A verifies with `a`, B with `b`, every other
 // operation is the library's on both, and the inputs are the same. Expects, as `expect` says: every
@@ -131,27 +173,7 @@ void expect_rounds_agree(const VerifierConfig& c, const ConvShape& conv, uint64_
   BackendInputs in(c);
   const int32_t P = c.pool.slots, L = c.model.layers, N = c.max_rows, T = c.tokens;
   const double tol = c.io_dtype == DType::f32 && c.pool.state_dtype == DType::f32 ? 1e-5 : 1e-2;
-  std::vector<detail::Buffer> x, weight;
-  if (conv.width > 0) {
-    for (int32_t l = 0; l < L; ++l) {
-      x.emplace_back(c.backend, size_t(N) * T * conv.channels * dtype_size(c.io_dtype));
-      std::uniform_real_distribution<float> d(-0.8f, 0.8f);
-      std::vector<float> w(size_t(conv.channels) * conv.width);
-      for (auto& e : w) e = d(rng);
-      weight.push_back(detail::Buffer::copy_of(c.backend, w));
-    }
-  }
-  for (int32_t slot = 0; slot < P; ++slot) {
-    const std::vector<uint8_t> states = random_states(c, rng);
-    sa.prefill(slot, states);
-    sb.prefill(slot, states);
-    for (int32_t l = 0; conv.width > 0 && l < L; ++l) {
-      const std::vector<uint8_t> window =
-          random_io_bytes(size_t(conv_state_row_elems(sa.spec, c.pool.scratch_steps)), c.io_dtype, rng, -2.0f, 2.0f);
-      sa.conv_state.write_row(l, slot, window.data());
-      sb.conv_state.write_row(l, slot, window.data());
-    }
-  }
+  TwinStart start(c, conv, sa, sb, rng);
   auto storage_bytes = [](const CallerStorage& s) {
     return std::vector<std::vector<uint8_t>>{s.pool.bytes(), s.scratch.bytes(), s.token_cache.bytes(),
                                              s.conv_state.bytes(), s.accept_len.download<uint8_t>()};
@@ -170,19 +192,14 @@ void expect_rounds_agree(const VerifierConfig& c, const ConvShape& conv, uint64_
     packed[0] = n;
     std::copy(slots.begin(), slots.end(), packed.begin() + 1);
     in.randomize(rng);
-    for (auto& xl : x) {
-      const std::vector<uint8_t> bytes = random_io_bytes(xl.bytes() / dtype_size(c.io_dtype), c.io_dtype, rng, -1.0f, 1.0f);
-      xl.upload(bytes.data(), bytes.size());
-    }
+    start.randomize_x(c.io_dtype, rng);
     for (int side = 0; side < 2; ++side) {
       CallerStorage& st = side == 0 ? sa : sb;
       st.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
       st.accepted.upload(accepted.data(), accepted.size() * sizeof(int32_t));
       ops::build_indices(kCpu, st.spec, st.storage, st.batch_view(N), st.idx);
       for (int32_t l = 0; l < L; ++l) {
-        ConvLayerInputs cin;
-        if (conv.width > 0) cin = conv_into_verify_inputs(st.spec, x[size_t(l)].data(), weight[size_t(l)].as<float>(),
-                                                          nullptr, nullptr, nullptr, nullptr);
+        const ConvLayerInputs cin = conv.width > 0 ? start.layer(st, l) : ConvLayerInputs{};
         (side == 0 ? a : b)(st, N, l, in.view(l, side), conv.width > 0 ? &cin : nullptr);
         if (::testing::Test::HasFatalFailure()) return;
       }
@@ -275,29 +292,9 @@ void expect_probe_writes() {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  for (int32_t slot = 0; slot < c.pool.slots; ++slot) {
-    const std::vector<uint8_t> states = random_states(c, rng);
-    sa.prefill(slot, states);
-    sb.prefill(slot, states);
-    if (kConv) {
-      const std::vector<uint8_t> window =
-          random_io_bytes(size_t(conv_state_row_elems(sa.spec, c.pool.scratch_steps)), c.io_dtype, rng, -2.0f, 2.0f);
-      sa.conv_state.write_row(0, slot, window.data());
-      sb.conv_state.write_row(0, slot, window.data());
-    }
-  }
+  TwinStart start(c, conv, sa, sb, rng);
   in.randomize(rng);
-  detail::Buffer x, weight;
-  if (kConv) {
-    x = detail::Buffer(c.backend, size_t(c.max_rows) * c.tokens * conv.channels * dtype_size(c.io_dtype));
-    const std::vector<uint8_t> bytes =
-        random_io_bytes(x.bytes() / dtype_size(c.io_dtype), c.io_dtype, rng, -1.0f, 1.0f);
-    x.upload(bytes.data(), bytes.size());
-    std::uniform_real_distribution<float> d(-0.8f, 0.8f);
-    std::vector<float> w(size_t(conv.channels) * conv.width);
-    for (auto& e : w) e = d(rng);
-    weight = detail::Buffer::copy_of(c.backend, w);
-  }
+  start.randomize_x(c.io_dtype, rng);
   const std::vector<int32_t> packed = {2, 3, 1, -1};  // n_real 2 of 3 rows
   for (CallerStorage* st : {&sa, &sb}) {
     st->batch.upload(packed.data(), packed.size() * sizeof(int32_t));
@@ -306,8 +303,7 @@ void expect_probe_writes() {
   const std::vector<uint8_t> scratch_before = sb.scratch.bytes(), conv_before = sb.conv_state.bytes();
   for (int side = 0; side < 2; ++side) {
     CallerStorage& st = side == 0 ? sa : sb;
-    ConvLayerInputs cin;
-    if (kConv) cin = conv_into_verify_inputs(st.spec, x.data(), weight.as<float>(), nullptr, nullptr, nullptr, nullptr);
+    const ConvLayerInputs cin = kConv ? start.layer(st, 0) : ConvLayerInputs{};
     (side == 0 ? library_verify() : member_verify<V, kConv>())(st, c.max_rows, 0, in.view(0, side),
                                                                kConv ? &cin : nullptr);
     if (::testing::Test::HasFatalFailure()) return;
