@@ -25,7 +25,7 @@ Aim (issue 31): kdagraph at least 1.3x FLA on every shape of the grid (cold medi
 sweep's (profiling/bench_verify_sweep.cu): batch 1, 8, 32, 128 x HV 16, 32 x T 2, 4, 8.
 
 Exit status: 0 when every shape agrees; 1 when one disagrees or a call fails; 77 (UNAVAILABLE) when
-fla-core, torch or a CUDA device is missing.
+fla-core, torch, numpy or a CUDA device is missing.
 """
 
 import argparse
@@ -36,7 +36,10 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the dry run needs only the standard library; a measured run reports it missing
+    np = None
 
 UNAVAILABLE = 77
 PEERS = ("FlashInfer's KDA kernels need SM100 (Blackwell; its own tests skip below it), so on Hopper the peers "
@@ -373,7 +376,7 @@ def main(argv=None):
     ap.add_argument("--md")
     ap.add_argument("--replays", type=int, default=50)
     ap.add_argument("--seed", type=int, default=None, help="numpy seed of the case plans (default: fresh)")
-    ap.add_argument("--dry-run", action="store_true", help="print each shape's two calls; needs no GPU, torch or fla")
+    ap.add_argument("--dry-run", action="store_true", help="print each shape's two calls; needs no GPU, torch, fla or numpy")
     args = ap.parse_args(argv)
     print(PEERS)
     if args.dry_run:
@@ -383,6 +386,8 @@ def main(argv=None):
         print(f"{len(grid())} shapes")
         return 0
 
+    if np is None:
+        return unavailable("numpy is not installed for this python")
     if not fla_installed():
         return unavailable("fla-core is not installed (carry .whl/fla_core-0.6.0-py3-none-any.whl; gpu_check.sh "
                            "installs it with pip --no-index --no-deps --target)")
