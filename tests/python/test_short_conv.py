@@ -246,8 +246,8 @@ def test_any_channel_count_over_30_rounds_of_random_acceptance(rng, W, io):
                     continue
                 seq = np.concatenate([history[rows[b]], as_f64(x[b])])
                 w = weight.astype(np.float64)
-                z = np.stack([sum(w[:, j] * seq[u + j] for j in range(W)) for u in range(T)])
-                size = np.stack([sum(abs(w[:, j] * seq[u + j]) for j in range(W)) for u in range(T)])
+                terms = np.stack([[w[:, j] * seq[u + j] for j in range(W)] for u in range(T)])  # [T, W, C]
+                z, size = terms.sum(axis=1), abs(terms).sum(axis=1)
                 if bias is not None:
                     z, size = z + bias.astype(np.float64), size + abs(bias.astype(np.float64))
                 # At C = 1 one element is the whole norm: where the terms cancel (z near 0), fp32's rounding
