@@ -92,7 +92,9 @@ struct BucketCaptureStats {
 
 // What GraphRunner::measure_graph_memory found: `copies` executables of one bucket's round, instantiated
 // and uploaded at once, took `device_bytes` of free device memory together (0 on the CPU). One page more
-// or less moves the share of one graph by only page / copies.
+// or less moves the share of one graph by only page / copies. Free memory is the whole device's
+// (cudaMemGetInfo): another process that allocates or frees meanwhile moves it too, even below 0, so
+// measure on a device nothing else is using.
 struct GraphMemoryStats {
   int32_t bucket = 0;
   int32_t copies = 0;

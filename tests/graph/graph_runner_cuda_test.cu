@@ -207,7 +207,9 @@ TEST(GraphRunnerCuda, MeasuringGraphMemoryLeavesTheRunnerAndStateAlone) {
   const GraphMemoryStats st = measured.runner->measure_graph_memory(s, 16, 64);
   EXPECT_EQ(st.bucket, 16);
   EXPECT_EQ(st.copies, 64);
-  EXPECT_GE(st.device_bytes, 0) << "the copies gave memory back while they were alive";
+  // st.device_bytes is not checked here: it is the whole device's free memory, which the other test
+  // programs that ctest -j runs beside this one move both ways (the check's `capture` stage measures it
+  // alone, through kdagraph run --graph-memory-copies).
   EXPECT_TRUE(snapshot(measured.verifier) == before) << "measuring changed the storage";
   std::vector<int32_t> accept(16);
   std::mt19937_64 rng(seed);
