@@ -409,6 +409,12 @@ def main(argv=None):
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
     flush = torch.empty(max(4 * l2, 256 << 20), dtype=torch.uint8, device="cuda")
     results, failed = [], False
+    # The CSV is written row by row: a run stopped at its cap keeps the shapes it measured
+    # (sweep_report.py names the shapes without a row).
+    csv_file = open(args.csv, "w") if args.csv else None
+    if csv_file:
+        csv_file.write(",".join(COLUMNS) + "\n")
+        csv_file.flush()
     for s in grid():
         try:
             t = make_tensors(torch, kdagraph, s, rng)
@@ -438,6 +444,9 @@ def main(argv=None):
                  out_diff_between=agree.out_between, state_diff_between=agree.state_between,
                  untouched=agree.untouched, agrees=agree.agrees, aim=aim, result=result)
         results.append(r)
+        if csv_file:
+            csv_file.write(",".join(str(r[c]) for c in COLUMNS) + "\n")
+            csv_file.flush()
         print(f"HV={s.value_heads} T={s.tokens} batch={s.batch}: kdagraph {r['kdagraph_cold_us']:.1f} us, "
               f"FLA {r['fla_cold_us']:.1f} us cold ({speedup:.2f}x); agree: {agree.agrees}", flush=True)
         failed = failed or not agree.agrees
@@ -447,11 +456,8 @@ def main(argv=None):
     if args.md:
         with open(args.md, "w") as f:
             f.write(text)
-    if args.csv:
-        with open(args.csv, "w") as f:
-            f.write(",".join(COLUMNS) + "\n")
-            for r in results:
-                f.write(",".join(str(r[c]) for c in COLUMNS) + "\n")
+    if csv_file:
+        csv_file.close()
     return 1 if failed or len(results) < len(grid()) else 0
 
 

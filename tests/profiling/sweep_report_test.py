@@ -116,6 +116,19 @@ check("No fla_peer.csv" in without_fla and aim_line(without_fla, "kdagraph / FLA
       "no FLA aim without FLA's table:\n" + without_fla)
 check(aim_line(without_fla, "verify bandwidth") != "", "the sweep's aims stand without FLA:\n" + without_fla)
 
+# fla_peer stopped at its cap (or failed a shape) after batch 32: the FLA aim, met there (1.4x), is met
+# on that shape only, and the shape without FLA's time is named.
+fla_partial = run(sweep, fla[:1])
+check(aim_line(fla_partial, "kdagraph / FLA").endswith("| met so far (the run stopped early) |")
+      and "library 1.40x" in aim_line(fla_partial, "kdagraph / FLA") and "(1 of 2 shapes)" in aim_line(fla_partial, "kdagraph / FLA"),
+      "an FLA table without batch 128 meets the aim on batch 32 only:\n" + fla_partial)
+check("no row for 1 of the sweep's shapes (HV 32 T 4 batch 128)" in fla_partial, "the missing shape named:\n" + fla_partial)
+check("the others met only on the rows measured" in fla_partial, "the summary says met so far:\n" + fla_partial)
+check(aim_line(text, "kdagraph / FLA").find("shapes)") < 0 and "no row for" not in text, "a whole FLA table is not partial:\n" + text)
+fla_none = run(sweep, [dict(fla[0], batch=8)])
+check(aim_line(fla_none, "kdagraph / FLA").endswith("| not measured |") and "fla_peer.csv" in aim_line(fla_none, "kdagraph / FLA"),
+      "an FLA table with none of the sweep's shapes measures nothing:\n" + fla_none)
+
 # A sweep stopped at its cap after the modes and the conv (its CSV is written row by row): the aims it
 # has no rows for are said to be unmeasured, neither met nor missed.
 partial = run([r for r in sweep if r["section"] in ("modes", "conv")], fla)
