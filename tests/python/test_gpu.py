@@ -22,6 +22,7 @@ def test_recurrent_kda_on_cuda_matches_the_cpu_backend(rng):
     d = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()
     pool = d(c.pool)
     kw = {k: (d(v) if isinstance(v, np.ndarray) else v) for k, v in c.kwargs().items()}
+    kdagraph.clear_device_errors("cuda")  # what a test before this one in the process recorded is not ours
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         out, _ = kdagraph.recurrent_kda(d(c.q), d(c.k), d(c.v), d(c.g), d(c.beta), initial_state=pool,
@@ -56,6 +57,7 @@ def test_graph_runner_on_cuda_matches_the_host_engine(rng):
     runner.capture(stream=stream)
     runner.set_batch(list(range(N)), stream=stream)
     accepted = torch.zeros(N, dtype=torch.int32, device="cuda")
+    stream.wait_stream(torch.cuda.current_stream())  # the zeros above, before the round's copies on `stream`
     for r in range(6):
         with torch.cuda.stream(stream):
             for layer in range(L):
@@ -93,6 +95,7 @@ def test_short_conv_on_cuda_matches_the_cpu_backend(rng):
     state, x, weight, bias = d(c.state), d(c.x), d(c.weight), d(c.bias)
     indices, accepted = d(c.indices), d(c.accepted)
     want = c.run()
+    kdagraph.clear_device_errors("cuda")  # what a test before this one in the process recorded is not ours
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         y = kdagraph.short_conv(x, state, weight, bias, state_indices=indices, num_accepted_tokens=accepted)
@@ -153,16 +156,16 @@ def test_int64_indices_are_converted_on_the_calls_stream_but_refused_inside_a_ca
     want_pool = d(c.pool)
     want, _ = kdagraph.recurrent_kda(*args, initial_state=want_pool, ssm_state_indices=rows,
                                      num_accepted_tokens=accepted, **kw)
+    rows64, accepted64 = rows.long(), accepted.long()  # on the current stream, which `side` then waits for
+    pool = d(c.pool)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    pool = d(c.pool)
-    got, _ = kdagraph.recurrent_kda(*args, initial_state=pool, ssm_state_indices=rows.long(),
-                                    num_accepted_tokens=accepted.long(), stream=side, **kw)
+    got, _ = kdagraph.recurrent_kda(*args, initial_state=pool, ssm_state_indices=rows64,
+                                    num_accepted_tokens=accepted64, stream=side, **kw)
     torch.cuda.synchronize()
     assert torch.equal(got, want) and torch.equal(pool, want_pool)
 
     pool = d(c.pool)
-    rows64, accepted64 = rows.long(), accepted.long()
     graph, refused = torch.cuda.CUDAGraph(), None
     with torch.cuda.graph(graph):
         try:
