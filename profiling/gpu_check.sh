@@ -29,7 +29,9 @@
 # in the summary: the device machine gets the files without .git), KDAGRAPH_GTEST_SOURCE_DIR (else ./.gtest,
 # a copy of Debian's /usr/src/googletest, else /usr/src/googletest), KDAGRAPH_WERROR (OFF).
 #
-# Each stage runs under its own cap (the caps add up to at most the budget; the dry run checks that). A failing stage does not stop the next. Logs and results land in ./gpu_out; when $OUT is
+# Each stage runs under its own cap (the caps add up to at most the budget; the dry run checks that), plus
+# the seconds the stages before it left of theirs (the note says when it ran past its own cap on them). A
+# failing stage does not stop the next. Logs and results land in ./gpu_out; when $OUT is
 # set (the device tool's return folder, at most 8 files) RETURNED is copied there, the logs as one
 # tarball. The summary (each stage's section, then the table of stages) is printed last. Exit status: 0
 # all passed; 1 a stage failed or ran out of time; 3 none failed but a tool could not run here

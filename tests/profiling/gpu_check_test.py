@@ -193,6 +193,7 @@ stage_slow() {
   wait
 }
 stage_broken() { return 3; }
+stage_sleepy() { sleep 5; echo "sleepy: done"; }
 stage_sanitized() { sanitize memcheck "profiling/clean" "profiling/faulty" "profiling/slow 1"; }
 """
 
@@ -270,6 +271,21 @@ def runner_stops_a_stage_at_its_cap_with_its_children():
     child = int(logs["slow_child.pid"])
     check(not alive(child), f"the slow stage's child {child} outlived it")
     check("Terminated" not in p.stdout + p.stderr, "job control's notice is silenced")
+
+
+@case
+def runner_lends_a_stage_the_seconds_earlier_stages_left_but_not_later_stages_caps():
+    # 5 s of work under a 3 s cap: after a stage that left most of its 10 s, it passes on them and the note
+    # says so; before that stage, it is stopped at its own cap (the later stage's 10 s are not lent).
+    p, logs = run_fake_stages([("after", 10), ("sleepy", 3)])
+    results = stage_results(p.stdout)
+    check(p.returncode == 0 and results.get("sleepy") == "PASS", f"exit {p.returncode}, results {results}")
+    check(re.search(r"ran [1-9] s past its cap, on the (8|9|10) s the stages before it left", logs.get("sleepy.note", "")),
+          f"the note says it ran on saved time: {logs.get('sleepy.note')!r}")
+    p, logs = run_fake_stages([("sleepy", 3), ("after", 10)])
+    results = stage_results(p.stdout)
+    check(results.get("sleepy") == "TIMEOUT" and results.get("after") == "PASS", f"results {results}")
+    check("sleepy: done" not in logs.get("sleepy.log", ""), "the first stage ran on the later stage's cap")
 
 
 @case
