@@ -43,12 +43,9 @@ def last_value(args, names):
 
 def includes(args, directory, root):
     """Whether the command line puts `root` on the include path (-Idir, -I dir, -isystem dir)."""
-    for i, a in enumerate(args):
-        d = a[2:] if a.startswith("-I") and len(a) > 2 else args[i + 1] if a in ("-I", "-isystem") and i + 1 < len(args) \
-            else None
-        if d is not None and os.path.realpath(os.path.join(directory, d)) == root:
-            return True
-    return False
+    dirs = [a[2:] for a in args if a.startswith("-I") and len(a) > 2]
+    dirs += [b for a, b in zip(args, args[1:]) if a in ("-I", "-isystem")]
+    return any(os.path.realpath(os.path.join(directory, d)) == root for d in dirs)
 
 
 def ours(path, roots):
