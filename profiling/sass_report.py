@@ -6,7 +6,10 @@ SASS dump, the static instruction counts by kind, and those of its token loop.
 
 Each input is a `cuobjdump --dump-sass` listing, or an object or program that cuobjdump (--cuobjdump, else
 cuobjdump on PATH: the CUDA toolkit's, or the one triton's wheel carries under
-triton/backends/nvidia/bin) dumps for --arch. For every kernel: instructions in all; floating point
+triton/backends/nvidia/bin) dumps for --arch; a listing may also hold `cuobjdump --dump-resource-usage`'s
+lines, which an object's dump adds. For every kernel: registers a thread, stack frame and static shared
+memory a block (what bounds the blocks an SM holds; "-" where the inputs do not say); instructions in
+all; floating point
 (FFMA, FMUL, FADD, MUFU); shuffles (SHFL); block barriers (BAR); global loads and stores (LDG, STG), the
 cp.async copies (LDGSTS); shared (LDS, STS); local memory (LDL, STL: none may appear, kernels/
 CMakeLists.txt). The token loop is the innermost loop (a backward branch's range holding no other) with
@@ -14,7 +17,7 @@ the most shuffles: each token's butterflies are there, and every tile unrolls it
 it, so its counts are a token's work, replayed and new tokens' paths both. Counts are static: they say
 what a variant asks of an SM per token, not how long it takes; the GPU sweep (bench_verify_sweep) says
 that. Verify kernels are named as profiling/verify_variants.cuh names its members. Exit status 0, or 1
-when a kernel touches local memory, 2 when the inputs hold no kernel.
+when a kernel touches local memory (LDL/STL, or a stack frame), 2 when the inputs hold no kernel.
 """
 
 import argparse
@@ -27,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 FUNCTION = re.compile(r"^\s*Function : (\S+)")
+RESOURCE_FUNCTION = re.compile(r"^\s*Function (\S+?):\s*$")  # --dump-resource-usage: "Function NAME:"
+RESOURCES = re.compile(r"^\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?([^;]*);")
 BRANCH_TARGET = re.compile(r"^\s*(0x[0-9a-f]+)")
 
@@ -55,6 +60,13 @@ class Kernel:
     code: List[Instruction] = field(default_factory=list)
     name: str = ""
     elements: int = 0  # state elements a thread holds (a verify kernel), else 0
+    resources: Optional[Dict[str, int]] = None  # reg, stack, shared (bytes), local (bytes), when known
+
+    @property
+    def local_memory(self) -> bool:
+        """LDL/STL in the code, or a stack frame or local bytes in the resource usage."""
+        r = self.resources or {}
+        return self.counts()["local"] > 0 or r.get("stack", 0) > 0 or r.get("local", 0) > 0
 
     @property
     def unit(self) -> str:
@@ -96,7 +108,25 @@ class Kernel:
         return best[1] if best else None
 
 
+def parse_resources(lines) -> Dict[str, Dict[str, int]]:
+    """Mangled name -> reg, stack, shared, local, from `cuobjdump --dump-resource-usage` lines."""
+    out: Dict[str, Dict[str, int]] = {}
+    name = None
+    for line in lines:
+        m = RESOURCE_FUNCTION.match(line)
+        if m:
+            name = m.group(1)
+            continue
+        m = RESOURCES.match(line)
+        if m and name:
+            out[name] = dict(zip(("reg", "stack", "shared", "local"), map(int, m.groups())))
+            name = None
+    return out
+
+
 def parse(lines) -> List[Kernel]:
+    lines = list(lines)
+    usage = parse_resources(lines)
     kernels: List[Kernel] = []
     for line in lines:
         m = FUNCTION.match(line)
@@ -106,6 +136,8 @@ def parse(lines) -> List[Kernel]:
         m = INSTRUCTION.match(line)
         if m and kernels:
             kernels[-1].code.append(Instruction(int(m.group(1), 16), m.group(2), m.group(4).strip()))
+    for k in kernels:
+        k.resources = usage.get(k.mangled)
     return kernels
 
 
@@ -155,23 +187,28 @@ def load(path: str, cuobjdump: Optional[str], arch: str) -> List[str]:
     tool = cuobjdump or shutil.which("cuobjdump")
     if tool is None:
         sys.exit(f"sass_report: {path} is an object file and no cuobjdump was given or found on PATH")
-    run = subprocess.run([tool, "--dump-sass", "-arch", arch, path], capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"sass_report: {tool} --dump-sass -arch {arch} {path} failed:\n{run.stderr}")
-    return run.stdout.splitlines()
+    out = []
+    for what in ("--dump-sass", "--dump-resource-usage"):
+        run = subprocess.run([tool, what, "-arch", arch, path], capture_output=True, text=True)
+        if run.returncode != 0:
+            sys.exit(f"sass_report: {tool} {what} -arch {arch} {path} failed:\n{run.stderr}")
+        out += run.stdout.splitlines()
+    return out
 
 
 def markdown(kernels: List[Kernel]) -> str:
-    head = ("| kernel | unit | all | " + " | ".join(COLUMNS) +
+    head = ("| kernel | unit | registers | stack | static shared | all | " + " | ".join(COLUMNS) +
             " | token loop: all | fp | shfl | lds | sts | stg | state elements a thread | loop all per element |\n"
-            "|---|---|" + "---:|" * (len(COLUMNS) + 9) + "\n")
+            "|---|---|" + "---:|" * (len(COLUMNS) + 12) + "\n")
     rows = []
     for k in sorted(kernels, key=lambda k: (k.name, k.unit)):
         c = k.counts()
         loop = None if "-prologue" in k.name else k.token_loop()  # the probe stops before the token loop
         t = k.counts(*loop) if loop else None
-        mark = " **LOCAL MEMORY**" if c["local"] else ""
-        cells = [k.unit, str(c["all"])] + [str(c[x]) for x in COLUMNS]
+        mark = " **LOCAL MEMORY**" if k.local_memory else ""
+        r = k.resources
+        cells = [k.unit] + ([str(r["reg"]), str(r["stack"]), str(r["shared"])] if r else ["-"] * 3)
+        cells += [str(c["all"])] + [str(c[x]) for x in COLUMNS]
         cells += [str(t[x]) for x in ("all", "fp", "shfl", "lds", "sts", "stg")] if t else ["-"] * 6
         cells += [str(k.elements) if k.elements else "-",
                   f"{t['all'] / k.elements:.1f}" if t and k.elements else "-"]
@@ -199,7 +236,7 @@ def main(argv=None) -> int:
     for k, d in zip(found, demangle([k.mangled for k in found])):
         k.name, k.elements = readable(d, k.mangled)
     table = markdown(found)
-    local = [k.name for k in found if k.counts()["local"]]
+    local = [k.name for k in found if k.local_memory]
     verdict = f"{len(found)} kernels ({args.arch}); " + (
         f"{len(local)} touch local memory: {', '.join(local)}" if local else "none touches local memory")
     print(table + "\n" + verdict)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """profiling/sass_report.py on made-up SASS listings: instructions counted by kind, the token loop found
 as the innermost loop with the most shuffles (not the loop around it, not a loop with fewer), a verify
-kernel named as verify_variants.cuh names its member with the state elements a thread holds, local
-memory flagged with exit status 1, and an input with no kernel exit status 2. Exit 0: passed, 1: failed."""
+kernel named as verify_variants.cuh names its member with the state elements a thread holds, registers,
+stack and static shared memory from --dump-resource-usage lines, local memory (LDL/STL or a stack frame)
+flagged with exit status 1, and an input with no kernel exit status 2. Exit 0: passed, 1: failed."""
 import io
 import os
 import shutil
@@ -36,6 +37,12 @@ def listing(function, body):
         lines.append(f"        /*{16 * i:04x}*/                   {ins} ;    /* 0x000 */")
         lines.append("                                                /* 0x000 */")
     return lines
+
+
+def usage(function, reg, stack=0, shared=0):
+    """A cuobjdump --dump-resource-usage entry of `function`."""
+    return [" Function " + function + ":",
+            f"  REG:{reg} STACK:{stack} SHARED:{shared} LOCAL:0 CONSTANT[0]:904 TEXTURE:0 SURFACE:0 SAMPLER:0"]
 
 
 # 0..: prologue; an outer loop [0x30, 0xd0] around an inner one [0x50, 0x90] with 3 shuffles; a later
@@ -96,8 +103,27 @@ with tempfile.TemporaryDirectory() as d:
     row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
     cells = [x.strip() for x in row.strip("|").split("|")]
     demangled = bool(shutil.which("c++filt") or shutil.which("cu++filt"))
-    check(len(cells) == 20 and cells[2] == "19" and cells[12] == "5" and cells[18] == ("16" if demangled else "-"),
-          f"the table row (kernel, unit, all, kinds..., loop counts, elements): {row}")
+    check(len(cells) == 23 and cells[2:5] == ["-"] * 3 and cells[5] == "19" and cells[15] == "5" and
+          cells[21] == ("16" if demangled else "-"),
+          f"the table row (kernel, unit, registers, stack, shared, all, kinds..., loop counts, elements): {row}")
+
+    # The resource usage after the SASS, as an object's dump gives it; another kernel's entry between.
+    with open(dump, "a") as f:
+        f.write("\n".join(["", "Resource usage:", " Common:", "  GLOBAL:0"] + usage("_Z5otherv", 40) +
+                          usage(VERIFY, 128, shared=14464)) + "\n")
+    with redirect_stdout(io.StringIO()):
+        rc = sass_report.main([dump, "--md", md])
+    row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
+    cells = [x.strip() for x in row.strip("|").split("|")]
+    check(rc == 0 and cells[2:6] == ["128", "0", "14464", "19"],
+          f"registers, stack and static shared memory of the kernel's own entry (rc {rc}): {row}")
+
+    framed = os.path.join(d, "framed.sass")
+    with open(framed, "w") as f:
+        f.write("\n".join(listing(VERIFY, BODY) + usage(VERIFY, 255, stack=16)) + "\n")
+    with redirect_stdout(io.StringIO()):
+        rc = sass_report.main([framed])
+    check(rc == 1, f"a stack frame is local memory: exits 1, got {rc}")
 
     with open(dump, "a") as f:
         f.write("\n".join(listing("_Z5otherv", ["STL [R1], R2", "EXIT"])) + "\n")
