@@ -8,8 +8,9 @@ Each input is a `cuobjdump --dump-sass` listing, or an object or program that cu
 cuobjdump on PATH: the CUDA toolkit's, or the one triton's wheel carries under
 triton/backends/nvidia/bin) dumps for --arch; a listing may also hold `cuobjdump --dump-resource-usage`'s
 lines, which an object's dump adds. For every kernel: registers a thread, stack frame and static shared
-memory a block (what bounds the blocks an SM holds; "-" where the inputs do not say); instructions in
-all; floating point
+memory a block (cuobjdump's figure, with the 1 KB sm_90 reserves a block: ptxas's + 1024), what bounds the
+blocks an SM holds ("-" where the inputs do not say; an object whose kernels get none is warned of);
+instructions in all; floating point
 (FFMA, FMUL, FADD, MUFU); shuffles (SHFL); block barriers (BAR); global loads and stores (LDG, STG), the
 cp.async copies (LDGSTS); shared (LDS, STS); local memory (LDL, STL: none may appear, kernels/
 CMakeLists.txt). The token loop is the innermost loop (a backward branch's range holding no other) with
@@ -178,10 +179,13 @@ def readable(demangled: str, mangled: str) -> Tuple[str, int]:
     return f"{name} (K {k}, {dtype(io)} / {dtype(state)})", int(rows) * int(k) // int(lanes)
 
 
-def load(path: str, cuobjdump: Optional[str], arch: str) -> List[str]:
+def is_object(path: str) -> bool:
     with open(path, "rb") as f:
-        head = f.read(4)
-    if head != b"\x7fELF":
+        return f.read(4) == b"\x7fELF"
+
+
+def load(path: str, cuobjdump: Optional[str], arch: str) -> List[str]:
+    if not is_object(path):
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read().splitlines()
     tool = cuobjdump or shutil.which("cuobjdump")
@@ -197,7 +201,7 @@ def load(path: str, cuobjdump: Optional[str], arch: str) -> List[str]:
 
 
 def markdown(kernels: List[Kernel]) -> str:
-    head = ("| kernel | unit | registers | stack | static shared | all | " + " | ".join(COLUMNS) +
+    head = ("| kernel | unit | registers | stack | static shared (+1 KB reserve) | all | " + " | ".join(COLUMNS) +
             " | token loop: all | fp | shfl | lds | sts | stg | state elements a thread | loop all per element |\n"
             "|---|---|" + "---:|" * (len(COLUMNS) + 12) + "\n")
     rows = []
@@ -227,8 +231,17 @@ def main(argv=None) -> int:
     for path in args.inputs:
         if not os.path.exists(path):
             sys.exit(f"sass_report: no such file: {path}")
-        for k in parse(load(path, args.cuobjdump, args.arch)):
+        found = parse(load(path, args.cuobjdump, args.arch))
+        for k in found:
+            seen = kernels.get(k.mangled)
+            if k.resources is None and seen is not None:
+                k.resources = seen.resources  # a listing without them keeps what an earlier input said
             kernels[k.mangled] = k  # the same kernel in several inputs counts once
+        bare = [k.mangled for k in found if k.resources is None]
+        if bare and is_object(path):
+            print(f"sass_report: cuobjdump --dump-resource-usage gave {path}'s {len(bare)} of {len(found)} kernels "
+                  f"no REG/STACK/SHARED line (a format this script does not read?), first {bare[0]}",
+                  file=sys.stderr)
     if not kernels:
         print("sass_report: no kernel in the inputs", file=sys.stderr)
         return 2

@@ -2,8 +2,9 @@
 """profiling/sass_report.py on made-up SASS listings: instructions counted by kind, the token loop found
 as the innermost loop with the most shuffles (not the loop around it, not a loop with fewer), a verify
 kernel named as verify_variants.cuh names its member with the state elements a thread holds, registers,
-stack and static shared memory from --dump-resource-usage lines, local memory (LDL/STL or a stack frame)
-flagged with exit status 1, and an input with no kernel exit status 2. Exit 0: passed, 1: failed."""
+stack and static shared memory from --dump-resource-usage lines (a listing's, an object's through a
+stand-in cuobjdump, kept across inputs), local memory (LDL/STL or a stack frame) flagged with exit status
+1, and an input with no kernel exit status 2. Exit 0: passed, 1: failed."""
 import io
 import os
 import shutil
@@ -107,10 +108,10 @@ with tempfile.TemporaryDirectory() as d:
           cells[21] == ("16" if demangled else "-"),
           f"the table row (kernel, unit, registers, stack, shared, all, kinds..., loop counts, elements): {row}")
 
-    # The resource usage after the SASS, as an object's dump gives it; another kernel's entry between.
+    # The resource usage after the SASS, as an object's dump gives it; other kernels' entries around it.
     with open(dump, "a") as f:
         f.write("\n".join(["", "Resource usage:", " Common:", "  GLOBAL:0"] + usage("_Z5otherv", 40) +
-                          usage(VERIFY, 128, shared=14464)) + "\n")
+                          usage(VERIFY, 128, shared=14464) + usage("_Z5laterv", 64, shared=99)) + "\n")
     with redirect_stdout(io.StringIO()):
         rc = sass_report.main([dump, "--md", md])
     row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
@@ -124,6 +125,40 @@ with tempfile.TemporaryDirectory() as d:
     with redirect_stdout(io.StringIO()):
         rc = sass_report.main([framed])
     check(rc == 1, f"a stack frame is local memory: exits 1, got {rc}")
+    # The same kernel again in a listing without resource lines keeps what the first input said.
+    bare = os.path.join(d, "bare.sass")
+    with open(bare, "w") as f:
+        f.write("\n".join(listing(VERIFY, BODY)) + "\n")
+    with redirect_stdout(io.StringIO()):
+        rc = sass_report.main([framed, bare, "--md", md])
+    row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
+    check(rc == 1 and "| 255 | 16 |" in row, f"a later listing without resources keeps them (rc {rc}): {row}")
+
+    # An object: sass_report runs cuobjdump twice, --dump-sass and --dump-resource-usage (a stand-in here).
+    obj = os.path.join(d, "kernels.o")
+    with open(obj, "wb") as f:
+        f.write(b"\x7fELF not really")
+    with open(os.path.join(d, "sass.txt"), "w") as f:
+        f.write("\n".join(listing(VERIFY, BODY)) + "\n")
+    with open(os.path.join(d, "usage.txt"), "w") as f:
+        f.write("\n".join(usage(VERIFY, 96, shared=7552)) + "\n")
+    tool = os.path.join(d, "cuobjdump")
+    with open(tool, "w") as f:
+        f.write(f"#!/bin/sh\ncase \"$1\" in --dump-sass) cat {d}/sass.txt;; --dump-resource-usage) cat {d}/usage.txt;; "
+                "*) exit 9;; esac\n")
+    os.chmod(tool, 0o755)
+    with redirect_stdout(io.StringIO()):
+        rc = sass_report.main([obj, "--cuobjdump", tool, "--md", md])
+    row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
+    cells = [x.strip() for x in row.strip("|").split("|")]
+    check(rc == 0 and cells[2:6] == ["96", "0", "7552", "19"], f"an object's SASS and resource usage (rc {rc}): {row}")
+    with open(os.path.join(d, "usage.txt"), "w") as f:
+        f.write(" Function " + VERIFY + ":\n  REGISTERS 96\n")  # a format the script does not read
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        rc = sass_report.main([obj, "--cuobjdump", tool])
+    check(rc == 0 and "no REG/STACK/SHARED line" in err.getvalue(),
+          f"an object whose kernels get no resources is warned of (rc {rc}): {err.getvalue()!r}")
 
     with open(dump, "a") as f:
         f.write("\n".join(listing("_Z5otherv", ["STL [R1], R2", "EXIT"])) + "\n")
