@@ -184,8 +184,8 @@ def is_object(path: str) -> bool:
         return f.read(4) == b"\x7fELF"
 
 
-def load(path: str, cuobjdump: Optional[str], arch: str) -> List[str]:
-    if not is_object(path):
+def load(path: str, obj: bool, cuobjdump: Optional[str], arch: str) -> List[str]:
+    if not obj:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read().splitlines()
     tool = cuobjdump or shutil.which("cuobjdump")
@@ -231,14 +231,15 @@ def main(argv=None) -> int:
     for path in args.inputs:
         if not os.path.exists(path):
             sys.exit(f"sass_report: no such file: {path}")
-        found = parse(load(path, args.cuobjdump, args.arch))
+        obj = is_object(path)
+        found = parse(load(path, obj, args.cuobjdump, args.arch))
         for k in found:
             seen = kernels.get(k.mangled)
             if k.resources is None and seen is not None:
                 k.resources = seen.resources  # a listing without them keeps what an earlier input said
             kernels[k.mangled] = k  # the same kernel in several inputs counts once
         bare = [k.mangled for k in found if k.resources is None]
-        if bare and is_object(path):
+        if bare and obj:
             print(f"sass_report: cuobjdump --dump-resource-usage gave {path}'s {len(bare)} of {len(found)} kernels "
                   f"no REG/STACK/SHARED line (a format this script does not read?), first {bare[0]}",
                   file=sys.stderr)

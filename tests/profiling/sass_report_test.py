@@ -40,6 +40,12 @@ def listing(function, body):
     return lines
 
 
+def table_row(md):
+    """The first kernel row of a --md table, and its cells."""
+    row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
+    return row, [x.strip() for x in row.strip("|").split("|")]
+
+
 def usage(function, reg, stack=0, shared=0):
     """A cuobjdump --dump-resource-usage entry of `function`."""
     return [" Function " + function + ":",
@@ -101,8 +107,7 @@ with tempfile.TemporaryDirectory() as d:
     with redirect_stdout(out):
         rc = sass_report.main([dump, "--md", md])
     check(rc == 0, f"a clean kernel exits 0, got {rc}")
-    row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
-    cells = [x.strip() for x in row.strip("|").split("|")]
+    row, cells = table_row(md)
     demangled = bool(shutil.which("c++filt") or shutil.which("cu++filt"))
     check(len(cells) == 23 and cells[2:5] == ["-"] * 3 and cells[5] == "19" and cells[15] == "5" and
           cells[21] == ("16" if demangled else "-"),
@@ -114,8 +119,7 @@ with tempfile.TemporaryDirectory() as d:
                           usage(VERIFY, 128, shared=14464) + usage("_Z5laterv", 64, shared=99)) + "\n")
     with redirect_stdout(io.StringIO()):
         rc = sass_report.main([dump, "--md", md])
-    row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
-    cells = [x.strip() for x in row.strip("|").split("|")]
+    row, cells = table_row(md)
     check(rc == 0 and cells[2:6] == ["128", "0", "14464", "19"],
           f"registers, stack and static shared memory of the kernel's own entry (rc {rc}): {row}")
 
@@ -131,7 +135,7 @@ with tempfile.TemporaryDirectory() as d:
         f.write("\n".join(listing(VERIFY, BODY)) + "\n")
     with redirect_stdout(io.StringIO()):
         rc = sass_report.main([framed, bare, "--md", md])
-    row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
+    row, _ = table_row(md)
     check(rc == 1 and "| 255 | 16 |" in row, f"a later listing without resources keeps them (rc {rc}): {row}")
 
     # An object: sass_report runs cuobjdump twice, --dump-sass and --dump-resource-usage (a stand-in here).
@@ -149,8 +153,7 @@ with tempfile.TemporaryDirectory() as d:
     os.chmod(tool, 0o755)
     with redirect_stdout(io.StringIO()):
         rc = sass_report.main([obj, "--cuobjdump", tool, "--md", md])
-    row = next((r for r in open(md).read().splitlines() if r.startswith("| `")), "")
-    cells = [x.strip() for x in row.strip("|").split("|")]
+    row, cells = table_row(md)
     check(rc == 0 and cells[2:6] == ["96", "0", "7552", "19"], f"an object's SASS and resource usage (rc {rc}): {row}")
     with open(os.path.join(d, "usage.txt"), "w") as f:
         f.write(" Function " + VERIFY + ":\n  REGISTERS 96\n")  # a format the script does not read
