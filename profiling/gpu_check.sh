@@ -99,9 +99,8 @@ stage conv_verify_bench 25 bench_conv_verify
 stage round_bench 75 kdagraph_cli
 stage fla_peer 40 _kdagraph _kdagraph_stub kdagraph_cli
 stage sweep_report 5
-stage memcheck 40 indices_cuda_test accept_cuda_test state_copy_cuda_test verify_cuda_test verifier_cuda_test \
-  conv_cuda_test ops_cuda_test graph_runner_cuda_test kdagraph_cli bench_verify_sweep
-stage racecheck 15 verify_cuda_test ops_cuda_test kdagraph_cli bench_verify_sweep
+stage memcheck 40 kernels_cuda_test graph_cuda_test verifier_cuda_test kdagraph_cli bench_verify_sweep
+stage racecheck 15 kernels_cuda_test graph_cuda_test kdagraph_cli bench_verify_sweep
 opt_in_stage profile 150 bench_verify_sweep
 RETURNED=(summary.md gpu_logs.tar.gz bench_verify_cuda.csv kdagraph_bench_kimi-linear-48b-tp2.csv
   kdagraph_bench_kimi-linear-48b.csv fla_peer.csv verify_sweep.csv)
@@ -538,14 +537,9 @@ sanitize() {
 # prefetch past a block's last unit, the dynamic shared memory the tall tiles opt in to).
 stage_memcheck() {
   sanitize memcheck \
-    "indices_cuda_test:*" \
-    "accept_cuda_test:*" \
-    "state_copy_cuda_test:*" \
-    "verify_cuda_test:*K64_T3_G2:*K128_T8_G1:VerifyCuda.LongDraftsStagedInChunks:VerifyCuda.Bf16WithinTolerance" \
+    "kernels_cuda_test:Indices.*:Accept.*:TreeAccept.*:StateCopy.*:*K64_T3_G2:*K128_T8_G1:Verify.LongDraftsStagedInChunks:Verify.Bf16WithinTolerance:*f32_W4_halves_C200_T3:Conv.*" \
     "verifier_cuda_test:*K64_io_bf16*" \
-    "conv_cuda_test:*f32_W4_halves_C200_T3:ConvCuda.*" \
-    "ops_cuda_test:OpsCuda.*:*MatchTheVerifierBitwise/sglang:ConvVerifyCuda.FusedMatchesUnfusedForTheSanitizers" \
-    "graph_runner_cuda_test:GraphRunnerCuda.CorruptAcceptLengthIsRecordedInTheMappedErrorWord" \
+    "graph_cuda_test:Ops.*:*MatchTheVerifierBitwise/sglang:ConvVerify.FusedMatchesUnfusedForTheSanitizers:GraphRunner.CorruptAcceptLengthIsClampedAndRecorded" \
     "kdagraph run --backend cuda --check --tree 2 --draft 5 --batch 4 --rounds 4 --vary-batch --retire-rate 0.2" \
     "kdagraph run --backend cuda --check --tree 3 --draft 9 --batch 3 --rounds 3 --mode replay --unfused-conv" \
     "profiling/bench_verify_sweep --check"
@@ -557,8 +551,8 @@ stage_memcheck() {
 # prefetched by cp.async into dynamic shared memory while the unit before still runs) and the conv's
 # 64-row tile.
 stage_racecheck() {
-  sanitize racecheck "verify_cuda_test:*K128_T2_G2:VerifyCuda.LongDraftsStagedInChunks" \
-    "ops_cuda_test:ConvVerifyCuda.FusedMatchesUnfusedForTheSanitizers" \
+  sanitize racecheck "kernels_cuda_test:*K128_T2_G2:Verify.LongDraftsStagedInChunks" \
+    "graph_cuda_test:ConvVerify.FusedMatchesUnfusedForTheSanitizers" \
     "kdagraph run --backend cuda --tree 2 --draft 5 --batch 2 --rounds 2" \
     "kdagraph run --backend cuda --tree 2 --draft 3 --batch 2 --rounds 3 --mode replay" \
     "profiling/bench_verify_sweep --check --only persistent --only rows64-lanes16-R4-w8-b1"

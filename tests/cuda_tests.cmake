@@ -1,12 +1,8 @@
-# GPU twins of the kernel tests, and the Verifier on the CUDA backend (label gpu). Each reports SKIPPED
-# where no device is visible.
-kdagraph_add_test(verify_cuda_test gpu kernels/verify_cuda_test.cpp)
-kdagraph_add_test(conv_cuda_test gpu kernels/conv_cuda_test.cpp)
-kdagraph_add_test(indices_cuda_test gpu kernels/indices_cuda_test.cpp)
-kdagraph_add_test(state_copy_cuda_test gpu kernels/state_copy_cuda_test.cpp)
-kdagraph_add_test(accept_cuda_test gpu kernels/accept_cuda_test.cpp)
+# The CUDA runner's programs (label gpu; tests/common/runner.h [TAG_RUNNERS]), and the GPU's own tests.
+# Each reports SKIPPED where no device is visible.
+kdagraph_add_runner_test(kernels_cuda_test gpu cuda ${KDAGRAPH_KERNEL_CASES} common/runner_cuda.cpp)
+kdagraph_add_runner_test(graph_cuda_test gpu cuda ${KDAGRAPH_GRAPH_CASES} common/runner_cuda.cpp)
 kdagraph_add_test(verifier_cuda_test gpu graph/verifier_cuda_test.cpp)
-kdagraph_add_test(ops_cuda_test gpu graph/ops_cuda_test.cpp)
 kdagraph_add_test(graph_runner_cuda_test gpu graph/graph_runner_cuda_test.cu)
 kdagraph_add_test(pdl_cuda_test gpu graph/pdl_cuda_test.cpp)
 kdagraph_add_test(eager_alloc_cuda_test gpu graph/eager_alloc_cuda_test.cpp common/allocation_counter.cpp)

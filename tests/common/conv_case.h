@@ -19,6 +19,7 @@
 
 #include "kernels/conv.h"
 #include "tests/common/conv_reference.h"
+#include "tests/common/placement.h"
 #include "tests/common/reference.h"
 #include "tests/common/verify_case.h"
 
@@ -249,12 +250,25 @@ struct ConvCase {
       p.scratch = state_view(ptr.scratch, sh.io, 1, 0, int64_t(sh.slots) * sh.scratch_steps, scratch_stride);
     return p;
   }
-  ConvPointers host_pointers() {
-    ConvPointers p{x.bytes.data(), {nullptr, nullptr, nullptr}, state.bytes.data(), scratch.bytes.data(),
-                   weight.data(),  bias.data(), row_slot.data(), row_accept.data(), row_parity.data(), write_row.data(),
-                   slot_parity.data()};
-    for (size_t s = 0; s < y.size(); ++s) p.y[s] = y[s].bytes.data();
+  // The case's buffers as placed in `at` (host memory, or device copies that at.fetch() brings back).
+  ConvPointers pointers(Placement& at) {
+    ConvPointers p{};
+    p.x = at.in(x.bytes);
+    p.state = at.out(state.bytes);
+    p.scratch = at.out(scratch.bytes);
+    p.weight = at.in(weight);
+    p.bias = at.in(bias);
+    p.row_slot = at.in(row_slot);
+    p.row_accept = at.in(row_accept);
+    p.row_parity = at.in(row_parity);
+    p.write_row = at.in(write_row);
+    p.round_parity = at.in(slot_parity);
+    for (size_t s = 0; s < y.size(); ++s) p.y[s] = at.out(y[s].bytes);
     return p;
+  }
+  ConvPointers host_pointers() {
+    Placement host(Backend::cpu);
+    return pointers(host);
   }
 };
 

@@ -18,6 +18,7 @@
 #include "kernels/kda_math.h"
 #include "kernels/layout.h"
 #include "kernels/verify.h"
+#include "tests/common/placement.h"
 #include "tests/common/reference.h"
 
 namespace kdagraph::test {
@@ -125,10 +126,18 @@ struct VerifyCase {
     std::mt19937_64 rng(seed);
     const int N = s.rows, T = s.tokens, H = s.heads, HV = s.value_heads, K = s.head_k, V = s.head_v;
     geo = StateGeometry{1, s.slots, s.scratch_steps, HV, V, K};
+    // Uniform in [lo, hi): a splitmix64 stream seeded from the case's generator, a tenth of the time of a
+    // Mersenne twister draw per element (the pools and scratch of a K = 128 case are millions of them).
     auto rand_vec = [&](size_t n, float lo, float hi) {
-      std::uniform_real_distribution<float> d(lo, hi);
+      uint64_t x = rng();
       std::vector<float> out(n);
-      for (auto& x : out) x = d(rng);
+      for (auto& e : out) {
+        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        e = lo + (hi - lo) * float(z >> 40) * 0x1.0p-24f;
+      }
       return out;
     };
     // Without L2 norm, keys of norm about 1 keep the delta rule stable.
@@ -184,7 +193,9 @@ struct VerifyCase {
     return idx;
   }
 
-  VerifyParams params() {
+  // The verify's parameters over the case's buffers as placed in `at` (host memory, or device copies that
+  // at.fetch() brings back; then sync()).
+  VerifyParams params(Placement& at) {
     VerifyParams p;
     p.rows = sh.rows;
     p.tokens = sh.tokens;
@@ -194,23 +205,34 @@ struct VerifyCase {
     p.head_v = sh.head_v;
     p.io_dtype = sh.io;
     p.options = sh.options;
-    p.q = q.bytes.data();
-    p.k = k.bytes.data();
-    p.v = v.bytes.data();
-    p.g = g.bytes.data();
-    p.beta = beta.bytes.data();
-    p.o = o.bytes.data();
+    p.q = at.in(q.bytes);
+    p.k = at.in(k.bytes);
+    p.v = at.in(v.bytes);
+    p.g = at.in(g.bytes);
+    p.beta = at.in(beta.bytes);
+    p.o = at.out(o.bytes);
     if (sh.options.gate != GateMode::precomputed) {
-      p.A_log = A_log.data();
-      p.dt_bias = dt_bias.data();
+      p.A_log = at.in(A_log);
+      p.dt_bias = at.in(dt_bias);
     }
-    p.pool = pool_view(geo, pool.bytes.data(), sh.state);
-    p.scratch = scratch_view(geo, scratch.bytes.data(), sh.state);
-    p.seed_pool = seed_pool.data();
-    p.seed_scratch = seed_scratch.data();
-    p.write_row = write_row.data();
-    p.parent = parent.empty() ? nullptr : parent.data();
+    p.pool = pool_view(geo, at.out(pool.bytes), sh.state);
+    p.scratch = scratch_view(geo, at.out(scratch.bytes), sh.state);
+    p.seed_pool = at.in(seed_pool);
+    p.seed_scratch = at.in(seed_scratch);
+    p.write_row = at.in(write_row);
+    p.parent = parent.empty() ? nullptr : at.in(parent);
     return p;
+  }
+  // Over the case's own host buffers.
+  VerifyParams params() {
+    Placement host(Backend::cpu);
+    return params(host);
+  }
+  // Refreshes the values of what a verify writes from their bytes.
+  void sync() {
+    o.sync_values();
+    scratch.sync_values();
+    pool.sync_values();
   }
 
   // fp64 reference of row n, head h, from the seed the indices name in the current pool/scratch

@@ -1,7 +1,11 @@
-// SPEC §9, §10 on the CPU backend: the short convolution through the operations on caller-owned
-// storage. Two-phase, fused-accept and replay agree bitwise over 200 rounds with joins and retirements
-// in every engine layout; short_conv has SPEC §11's semantics; every bad argument is refused by name
-// with every buffer unchanged.
+// SPEC §9, §10 on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the short convolution
+// through the operations on caller-owned storage. Two-phase, fused-accept and replay, each unfused and
+// with the conv fused into the verify, agree bitwise over many rounds with joins and retirements in every
+// engine layout; short_conv has SPEC §11's semantics; every bad argument is refused by name with every
+// buffer unchanged.
+//
+// Sized by runner (Matrix): the layouts' rounds run 200 rounds in both io dtypes on the CPU and the GPU,
+// 12 in one dtype a layout on the executor, and 3 of one layout where its lanes are OS threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,16 +18,17 @@
 #include "tests/common/conv_case.h"
 #include "tests/common/conv_rounds.h"
 #include "tests/common/engines.h"
+#include "tests/common/runner.h"
 
 namespace kdagraph::test {
 namespace {
 
-const Stream kCpu{Backend::cpu, nullptr};
-
-// L = 2, H = 1, HV = 3, K = V = 16: C = 2 * 16 + 3 * 16 = 80 channels.
+// L = 2, H = 1, HV = 3, K = V = 16 on the CPU, 64 on the kernels: C = 80 or 320 channels, neither a
+// multiple of the conv kernel's block.
 VerifierConfig conv_config(DType io) {
-  VerifierConfig c = small_verifier(Backend::cpu, Mode::fused_accept, /*layers=*/2, /*tokens=*/3);
-  c.model = ModelShape{2, 1, 3, 16, 16};
+  VerifierConfig c = small_verifier(runner().memory(), Mode::fused_accept, /*layers=*/2, /*tokens=*/3);
+  const int32_t K = case_head_dim(16);
+  c.model = ModelShape{2, 1, 3, K, K};
   c.pool = PoolShape{8, 4, DType::f32};
   c.max_rows = 4;
   c.io_dtype = io;
@@ -36,11 +41,19 @@ ConvShape kimi_conv(const VerifierConfig& c, int32_t width = 4) {
 
 class ConvOpsLayouts : public ::testing::TestWithParam<CallerLayout> {};
 
-TEST_P(ConvOpsLayouts, ModesAgreeBitwiseOver200RoundsWithJoinsAndRetirements) {
+TEST_P(ConvOpsLayouts, ModesAgreeBitwiseWithJoinsAndRetirements) {
+  KDA_SKIP_WITHOUT_RUNNER();
+  const CallerLayout layout = GetParam();
+  if (runner().matrix == Matrix::thread_lanes && layout != CallerLayout::layer_table)
+    GTEST_SKIP() << "OS-thread lanes: the layer-table layout runs";
   for (DType io : {DType::f32, DType::bf16}) {
+    // The executor runs each layout in one dtype: bf16 where rows are compact or tabled, f32 in the others.
+    const bool bf16_layout = layout == CallerLayout::compact || layout == CallerLayout::layer_table;
+    if (runner().matrix != Matrix::full && (io == DType::bf16) != bf16_layout) continue;
     SCOPED_TRACE(to_string(io));
     const VerifierConfig c = conv_config(io);
-    expect_conv_modes_agree(c, kimi_conv(c), GetParam(), kCpu, fresh_seed(), 200);
+    expect_conv_modes_agree(c, kimi_conv(c), layout, runner().stream, fresh_seed(), by_matrix(200, 12, 3));
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -50,18 +63,23 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ConvOpsLayouts,
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
 TEST(ConvOps, ModesAgreeAtEveryWidthAndWithoutActivation) {
+  KDA_SKIP_WITHOUT_RUNNER();
+  if (runner().matrix == Matrix::thread_lanes) GTEST_SKIP() << "OS-thread lanes: W = 4 runs in the layouts' rounds";
   for (int32_t width : {2, 3}) {
     SCOPED_TRACE("W=" + std::to_string(width));
     const VerifierConfig c = conv_config(DType::f32);
-    expect_conv_modes_agree(c, kimi_conv(c, width), CallerLayout::compact, kCpu, fresh_seed(), 60);
+    expect_conv_modes_agree(c, kimi_conv(c, width), CallerLayout::compact, runner().stream, fresh_seed(),
+                            by_matrix(60, 8, 0));
+    if (HasFatalFailure()) return;
   }
   const VerifierConfig c = conv_config(DType::bf16);
   ConvShape linear = kimi_conv(c);
   linear.activation = ConvActivation::none;
-  expect_conv_modes_agree(c, linear, CallerLayout::compact, kCpu, fresh_seed(), 60);
+  expect_conv_modes_agree(c, linear, CallerLayout::compact, runner().stream, fresh_seed(), by_matrix(60, 8, 0));
 }
 
 TEST(ConvOps, RowElemsFollowTheMode) {
+  if (runner().kind != RunnerKind::cpu) GTEST_SKIP() << "host arithmetic: the CPU runner checks it";
   RoundSpec spec;
   spec.model = ModelShape{2, 1, 3, 16, 16};
   spec.conv = ConvShape{80, 4, ConvActivation::silu};
@@ -79,6 +97,7 @@ TEST(ConvOps, RowElemsFollowTheMode) {
 // short_conv of SPEC §11 over a ConvCase's buffers: x and y [B, T, C], the window at
 // max(num_accepted - 1, 0), rows named by state_indices (negative: padded), against fp64.
 TEST(ConvOps, ShortConvIsTheOffsetWindowConvOnOneSegment) {
+  KDA_SKIP_WITHOUT_RUNNER();
   for (DType io : {DType::f32, DType::bf16}) {
     ConvCaseShape sh;
     sh.layout = ConvLayout::in_place;
@@ -90,40 +109,46 @@ TEST(ConvOps, ShortConvIsTheOffsetWindowConvOnOneSegment) {
     SCOPED_TRACE(sh.str() + " seed=" + std::to_string(seed));
     ConvCase c(sh, seed, {4, -1, 0, 2}, {3, 0, 0, 1});
     const ConvExpectation want = expect_of(c);
+    Placement at(runner().memory());
+    const ConvPointers ptr = c.pointers(at);
     ShortConvCall call;
     call.conv = ConvShape{sh.channels, sh.width, sh.activation};
     call.io_dtype = io;
     call.batch = sh.rows;
     call.tokens = sh.tokens;
     call.scratch_steps = sh.scratch_steps;
-    call.x = c.x.bytes.data();
-    call.weight = c.weight.data();
-    call.bias = c.bias.data();
-    call.y = c.y[0].bytes.data();
-    call.conv_state = state_view(c.state.bytes.data(), io, 1, 0, sh.slots, c.state_stride);
-    call.state_indices = c.row_slot.data();
-    call.num_accepted = c.row_accept.data();
-    ops::short_conv(kCpu, call);
+    call.x = ptr.x;
+    call.weight = ptr.weight;
+    call.bias = ptr.bias;
+    call.y = ptr.y[0];
+    call.conv_state = state_view(ptr.state, io, 1, 0, sh.slots, c.state_stride);
+    call.state_indices = ptr.row_slot;
+    call.num_accepted = ptr.row_accept;
+    ops::short_conv(runner().stream, call);
+    at.fetch();
     expect_conv_results(c, want, conv_tolerance(io));
   }
 }
 
 TEST(ConvOps, ShortConvRefusesBadArgumentsByName) {
+  KDA_SKIP_WITHOUT_RUNNER();
   ConvCaseShape sh;
   sh.layout = ConvLayout::in_place;
   sh.channels = 10;
   ConvCase c(sh, fresh_seed(), {0, 1, 2, 3}, {0, 0, 0, 0});
+  Placement at(runner().memory());
+  const ConvPointers ptr = c.pointers(at);
   ShortConvCall good;
   good.conv = ConvShape{sh.channels, sh.width, sh.activation};
   good.batch = sh.rows;
   good.tokens = sh.tokens;
   good.scratch_steps = sh.scratch_steps;
-  good.x = c.x.bytes.data();
-  good.weight = c.weight.data();
-  good.y = c.y[0].bytes.data();
-  good.conv_state = state_view(c.state.bytes.data(), sh.io, 1, 0, sh.slots, c.state_stride);
-  good.state_indices = c.row_slot.data();
-  good.num_accepted = c.row_accept.data();
+  good.x = ptr.x;
+  good.weight = ptr.weight;
+  good.y = ptr.y[0];
+  good.conv_state = state_view(ptr.state, sh.io, 1, 0, sh.slots, c.state_stride);
+  good.state_indices = ptr.row_slot;
+  good.num_accepted = ptr.row_accept;
   const std::vector<std::pair<std::string, std::function<void(ShortConvCall&)>>> bad = {
       {"conv.width", [](ShortConvCall& k) { k.conv.width = 1; }},
       {"conv.width", [](ShortConvCall& k) { k.conv.width = 0; }},
@@ -144,12 +169,13 @@ TEST(ConvOps, ShortConvRefusesBadArgumentsByName) {
     ShortConvCall call = good;
     spoil(call);
     try {
-      ops::short_conv(kCpu, call);
+      ops::short_conv(runner().stream, call);
       ADD_FAILURE() << "a bad " << argument << " was accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_EQ(e.argument(), argument) << e.what();
       EXPECT_NE(std::string(e.what()).find("ops::short_conv"), std::string::npos) << e.what();
     }
+    at.fetch();
     EXPECT_TRUE(c.state.bytes == state) << "a refused call changed the state";
     EXPECT_TRUE(c.y[0].bytes == y) << "a refused call changed y";
   }
@@ -207,8 +233,8 @@ int expect_conv_refusals(Mode mode, const std::vector<BadConvCall>& calls) {
   CallerStorage c(cfg, CallerLayout::compact, kimi_conv(cfg));
   ConvModeRun out(cfg, CallerLayout::compact, kimi_conv(cfg));
   const size_t N = size_t(cfg.max_rows), T = size_t(cfg.tokens), C = size_t(conv_channels(cfg.model));
-  const detail::Buffer x = detail::Buffer::copy_of(Backend::cpu, random_io_bytes(N * T * C, DType::f32, rng, -1, 1));
-  const detail::Buffer w = detail::Buffer::copy_of(Backend::cpu, random_io_bytes(C * 4 + C, DType::f32, rng, -1, 1));
+  const detail::Buffer x = detail::Buffer::copy_of(runner().memory(), random_io_bytes(N * T * C, DType::f32, rng, -1, 1));
+  const detail::Buffer w = detail::Buffer::copy_of(runner().memory(), random_io_bytes(C * 4 + C, DType::f32, rng, -1, 1));
   for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) {
     c.prefill(slot, random_states(cfg, rng));
     for (int32_t l = 0; l < cfg.model.layers; ++l)
@@ -219,8 +245,8 @@ int expect_conv_refusals(Mode mode, const std::vector<BadConvCall>& calls) {
   c.accepted.upload(accepted.data(), accepted.size() * sizeof(int32_t));
   c.accept_len.upload(accept_len.data(), accept_len.size() * sizeof(int32_t));
   const int32_t rows = cfg.max_rows;
-  ops::build_indices(kCpu, c.spec, c.storage, c.batch_view(rows), c.idx);
-  if (mode_policy(mode).commit) ops::accept(kCpu, c.spec, c.storage, c.idx, rows, c.accepted.as<int32_t>());
+  ops::build_indices(runner().stream, c.spec, c.storage, c.batch_view(rows), c.idx);
+  if (mode_policy(mode).commit) ops::accept(runner().stream, c.spec, c.storage, c.idx, rows, c.accepted.as<int32_t>());
   const ConvLayerInputs good = conv_into_verify_inputs(c.spec, x.data(), w.as<float>(), w.as<float>() + 4 * C,
                                                        out.q[1].data(), out.k[1].data(), out.v[1].data());
   const std::vector<int32_t> retiring = {4, 1};
@@ -228,12 +254,12 @@ int expect_conv_refusals(Mode mode, const std::vector<BadConvCall>& calls) {
 
   using Op = std::function<void(const RoundSpec&, const SlotStorage&, const ConvLayerInputs&, int32_t)>;
   std::vector<std::pair<const char*, Op>> operations = {
-      {"conv_layer", [&](auto& sp, auto& st, auto& in, int32_t layer) { ops::conv_layer(kCpu, sp, st, c.idx, rows, layer, in); }},
-      {"build_indices", [&](auto& sp, auto& st, auto&, int32_t) { ops::build_indices(kCpu, sp, st, c.batch_view(rows), c.idx); }},
-      {"materialize", [&](auto& sp, auto& st, auto&, int32_t) { ops::materialize(kCpu, sp, st, c.materialize_list.as<int32_t>(), 2); }},
+      {"conv_layer", [&](auto& sp, auto& st, auto& in, int32_t layer) { ops::conv_layer(runner().stream, sp, st, c.idx, rows, layer, in); }},
+      {"build_indices", [&](auto& sp, auto& st, auto&, int32_t) { ops::build_indices(runner().stream, sp, st, c.batch_view(rows), c.idx); }},
+      {"materialize", [&](auto& sp, auto& st, auto&, int32_t) { ops::materialize(runner().stream, sp, st, c.materialize_list.as<int32_t>(), 2); }},
   };
   if (mode_policy(mode).commit)
-    operations.push_back({"commit", [&](auto& sp, auto& st, auto&, int32_t) { ops::commit(kCpu, sp, st, c.idx, rows); }});
+    operations.push_back({"commit", [&](auto& sp, auto& st, auto&, int32_t) { ops::commit(runner().stream, sp, st, c.idx, rows); }});
   auto snapshot = [&] {
     std::vector<std::vector<uint8_t>> all = {c.pool.bytes(), c.scratch.bytes(), c.conv_state.bytes(), c.conv_scratch.bytes(),
                                              c.accept_len.download<uint8_t>(), c.index_storage.download<uint8_t>()};
@@ -268,6 +294,7 @@ int expect_conv_refusals(Mode mode, const std::vector<BadConvCall>& calls) {
 }
 
 TEST(ConvOps, BadConvArgumentsAreRefusedByNameAndChangeNothing) {
+  KDA_SKIP_WITHOUT_RUNNER();
   EXPECT_EQ(expect_conv_refusals(Mode::fused_accept, bad_conv_calls()), 13 * 3 + 9);
   EXPECT_EQ(expect_conv_refusals(Mode::replay, bad_conv_calls()), 13 * 3 + 9);
   std::vector<BadConvCall> two_phase = bad_conv_calls();
@@ -278,6 +305,7 @@ TEST(ConvOps, BadConvArgumentsAreRefusedByNameAndChangeNothing) {
 // A materialize list that names a slot twice works on it once: replaying a pending prefix twice, or
 // moving a conv window twice, would corrupt the state. The repeat is padding, and recorded.
 TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
+  KDA_SKIP_WITHOUT_RUNNER();
   for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
     SCOPED_TRACE(to_string(mode));
     VerifierConfig cfg = conv_config(DType::f32);
@@ -286,13 +314,15 @@ TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
     std::mt19937_64 gate_rng(seed + 1);
     // A_log [HV] then dt_bias [HV * K]: the replay's gate in the kernel reads both.
     const size_t HV = size_t(cfg.model.value_heads), K = size_t(cfg.model.head_k);
-    const std::vector<uint8_t> gate_bytes = random_io_bytes(HV + HV * K, DType::f32, gate_rng, -1, 1);
-    const float* gate = reinterpret_cast<const float*>(gate_bytes.data());
-    const std::vector<GateParams> gates(size_t(cfg.model.layers), GateParams{gate, gate + cfg.model.value_heads});
-    auto materialized = [&](const std::vector<int32_t>& list, DeviceErrorWord* errors) {
+    const detail::Buffer gate =
+        detail::Buffer::copy_of(runner().memory(), random_io_bytes(HV + HV * K, DType::f32, gate_rng, -1, 1));
+    const std::vector<GateParams> gates(size_t(cfg.model.layers),
+                                        GateParams{gate.as<float>(), gate.as<float>() + cfg.model.value_heads});
+    auto materialized = [&](const std::vector<int32_t>& list, const detail::MappedHostBuffer& errors) {
       std::mt19937_64 rng(seed);  // both storages hold the same random states, windows and caches
       CallerStorage c(cfg, CallerLayout::compact, kimi_conv(cfg));
-      c.storage.errors = errors;
+      *static_cast<DeviceErrorWord*>(errors.host()) = DeviceErrorWord{};
+      c.storage.errors = static_cast<DeviceErrorWord*>(errors.device());
       std::vector<int32_t> accept_len(size_t(cfg.pool.slots)), parity(size_t(cfg.pool.slots));
       for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) {
         c.prefill(slot, random_states(cfg, rng));
@@ -310,12 +340,15 @@ TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
       c.accept_len.upload(accept_len.data(), accept_len.size() * sizeof(int32_t));
       c.round_parity.upload(parity.data(), parity.size() * sizeof(int32_t));
       c.materialize_list.upload(list.data(), list.size() * sizeof(int32_t));
-      ops::materialize(kCpu, c.spec, c.storage, c.materialize_list.as<int32_t>(), int32_t(list.size()), gates.data());
+      ops::materialize(runner().stream, c.spec, c.storage, c.materialize_list.as<int32_t>(), int32_t(list.size()), gates.data());
       return std::vector<std::vector<uint8_t>>{c.pool.bytes(), c.conv_state.bytes(), c.accept_len.download<uint8_t>()};
     };
-    DeviceErrorWord once_errors, twice_errors;
-    const auto once = materialized({3, 5}, &once_errors);
-    const auto twice = materialized({3, 3, 5, 5}, &twice_errors);
+    const detail::MappedHostBuffer once_word(runner().memory(), sizeof(DeviceErrorWord)),
+        twice_word(runner().memory(), sizeof(DeviceErrorWord));
+    const auto once = materialized({3, 5}, once_word);
+    const auto twice = materialized({3, 3, 5, 5}, twice_word);
+    const DeviceErrorWord once_errors = read_device_errors(static_cast<const DeviceErrorWord*>(once_word.host()));
+    const DeviceErrorWord twice_errors = read_device_errors(static_cast<const DeviceErrorWord*>(twice_word.host()));
     EXPECT_TRUE(once == twice) << "a repeated slot was worked on twice";
     EXPECT_EQ(once_errors.count, 0u);
     EXPECT_EQ(twice_errors.code, uint32_t(DeviceErrorCode::slot_repeated));
@@ -333,6 +366,7 @@ TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
 // which the next round reads its window. Run on the in-place layout, the second round would read a
 // window the first overwrote.
 TEST(ConvOps, ARoundNeverAcceptedLeavesTheConvStateAndMaterializeGivesColumnZeroForm) {
+  KDA_SKIP_WITHOUT_RUNNER();
   for (Mode mode : {Mode::fused_accept, Mode::replay}) {
     for (DType io : {DType::f32, DType::bf16}) {
       const uint64_t seed = fresh_seed();
@@ -366,7 +400,7 @@ TEST(ConvOps, ARoundNeverAcceptedLeavesTheConvStateAndMaterializeGivesColumnZero
         std::uniform_real_distribution<float> d(-0.8f, 0.8f);
         std::vector<float> w(size_t(C) * W);
         for (auto& e : w) e = d(rng);
-        weight.push_back(detail::Buffer::copy_of(Backend::cpu, w));
+        weight.push_back(detail::Buffer::copy_of(runner().memory(), w));
         ref.push_back(RefConv{C, W, std::vector<double>(w.begin(), w.end()), {}, true});
       }
       std::vector<int32_t> packed = {N};
@@ -374,12 +408,12 @@ TEST(ConvOps, ARoundNeverAcceptedLeavesTheConvStateAndMaterializeGivesColumnZero
       c.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
       // One conv round of every layer with inputs `x` [layer]; returns the outputs q, k, v per layer.
       auto conv_round = [&](const std::vector<std::vector<uint8_t>>& x) {
-        ops::build_indices(kCpu, c.spec, c.storage, c.batch_view(N), c.idx);
+        ops::build_indices(runner().stream, c.spec, c.storage, c.batch_view(N), c.idx);
         std::vector<detail::Buffer> x_buffers;
         for (int32_t l = 0; l < L; ++l) {
-          x_buffers.push_back(detail::Buffer::copy_of(Backend::cpu, x[size_t(l)]));
+          x_buffers.push_back(detail::Buffer::copy_of(runner().memory(), x[size_t(l)]));
           for (auto* set : {&run.q, &run.k, &run.v}) (*set)[size_t(l)].fill(0xff);
-          ops::conv_layer(kCpu, c.spec, c.storage, c.idx, N, l,
+          ops::conv_layer(runner().stream, c.spec, c.storage, c.idx, N, l,
                           conv_into_verify_inputs(c.spec, x_buffers.back().data(), weight[size_t(l)].as<float>(), nullptr,
                                                   run.q[size_t(l)].data(), run.k[size_t(l)].data(), run.v[size_t(l)].data()));
         }
@@ -400,7 +434,7 @@ TEST(ConvOps, ARoundNeverAcceptedLeavesTheConvStateAndMaterializeGivesColumnZero
       };
       auto accept = [&](const std::vector<std::vector<uint8_t>>& x, const std::vector<int32_t>& accepted) {
         c.accepted.upload(accepted.data(), accepted.size() * sizeof(int32_t));
-        ops::accept(kCpu, c.spec, c.storage, c.idx, N, c.accepted.as<int32_t>());
+        ops::accept(runner().stream, c.spec, c.storage, c.idx, N, c.accepted.as<int32_t>());
         for (int32_t n = 0; n < N; ++n)
           for (int32_t l = 0; l < L; ++l)
             history[size_t(n)][size_t(l)] = ref_after_accept(history[size_t(n)][size_t(l)], inputs_of(x, l, n), accepted[size_t(n)]);
@@ -443,7 +477,7 @@ TEST(ConvOps, ARoundNeverAcceptedLeavesTheConvStateAndMaterializeGivesColumnZero
       // conv state is checked here.
       const GateParams gate{weight[0].as<float>(), weight[0].as<float>()};
       const std::vector<GateParams> gates(size_t(L), gate);
-      ops::materialize(kCpu, c.spec, c.storage, c.materialize_list.as<int32_t>(), 4, gates.data());
+      ops::materialize(runner().stream, c.spec, c.storage, c.materialize_list.as<int32_t>(), 4, gates.data());
       const std::vector<uint8_t> state = c.conv_state.bytes();
       const std::vector<int32_t> accept_len = c.accept_len.download<int32_t>(), parity = c.round_parity.download<int32_t>();
       for (int32_t n = 0; n < N; ++n) {
@@ -465,10 +499,11 @@ TEST(ConvOps, ARoundNeverAcceptedLeavesTheConvStateAndMaterializeGivesColumnZero
 }
 
 TEST(ConvOps, ConvLayerNeedsAConv) {
+  KDA_SKIP_WITHOUT_RUNNER();
   const VerifierConfig cfg = conv_config(DType::f32);
   CallerStorage c(cfg, CallerLayout::compact);
   try {
-    ops::conv_layer(kCpu, c.spec, c.storage, c.idx, cfg.max_rows, 0, ConvLayerInputs{});
+    ops::conv_layer(runner().stream, c.spec, c.storage, c.idx, cfg.max_rows, 0, ConvLayerInputs{});
     FAIL() << "a conv without a conv shape was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_EQ(e.argument(), "spec.conv.width") << e.what();

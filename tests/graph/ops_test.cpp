@@ -1,6 +1,7 @@
-// SPEC §10 on the CPU backend: the operations over caller-owned buffers give what the Verifier gives,
-// bitwise, in every layout engines use; and every bad view is refused, naming its argument, with every
-// buffer left as it was.
+// SPEC §10 on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the operations over
+// caller-owned buffers give what the Verifier gives, bitwise, in every layout engines use; every bad view
+// is refused, naming its argument, with every buffer left as it was; what the host cannot check (a
+// corrupt index, a bad entry of a device-resident layer table) is clamped by the kernels and recorded.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -11,16 +12,15 @@
 #include "tests/common/caller_storage.h"
 #include "tests/common/conv_rounds.h"
 #include "tests/common/engines.h"
+#include "tests/common/runner.h"
 #include "tests/common/verify_case.h"
 
 namespace kdagraph::test {
 namespace {
 
-const Stream kCpu{Backend::cpu, nullptr};
-
 VerifierConfig ops_config(Mode mode, DType state) {
-  VerifierConfig c = small_verifier(Backend::cpu, mode, /*layers=*/2, /*tokens=*/3);
-  c.model = ModelShape{2, 1, 2, 64, 64};  // K = V = 64: the shape the GPU twin runs too
+  VerifierConfig c = small_verifier(runner().memory(), mode, /*layers=*/2, /*tokens=*/3);
+  c.model = ModelShape{2, 1, 2, 64, 64};  // K = V = 64: a shape the kernels have
   c.pool = PoolShape{6, 4, state};
   c.max_rows = 4;
   return c;
@@ -29,9 +29,15 @@ VerifierConfig ops_config(Mode mode, DType state) {
 class OpsLayouts : public ::testing::TestWithParam<CallerLayout> {};
 
 TEST_P(OpsLayouts, MatchTheVerifierBitwise) {
+  KDA_SKIP_WITHOUT_RUNNER();
+  if (runner().matrix == Matrix::thread_lanes) GTEST_SKIP() << "OS-thread lanes: the kernel cases run these kernels";
   for (Mode mode : {Mode::fused_accept, Mode::two_phase, Mode::replay})
-    for (DType state : {DType::f32, DType::bf16})
-      expect_ops_match_verifier(ops_config(mode, state), GetParam(), kCpu, fresh_seed(), 12);
+    for (DType state : {DType::f32, DType::bf16}) {
+      VerifierConfig c = ops_config(mode, state);
+      if (runner().memory() == Backend::cuda) c.io_dtype = DType::bf16;
+      expect_ops_match_verifier(c, GetParam(), runner().stream, fresh_seed(), by_matrix(12, 6, 0));
+      if (HasFatalFailure()) return;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, OpsLayouts,
@@ -40,6 +46,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, OpsLayouts,
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
 TEST(Ops, RoundIndicesTileTheirStorage) {
+  if (runner().kind != RunnerKind::cpu) GTEST_SKIP() << "host arithmetic: the CPU runner checks it";
   std::vector<int32_t> storage(size_t(round_index_elems(5, 3)), 0);
   const RoundIndices idx = round_indices(storage.data(), 5, 3);
   EXPECT_EQ(idx.capacity, 5);
@@ -114,10 +121,10 @@ int expect_refused_and_unchanged(Mode mode, const std::function<std::vector<BadC
   // Every operation, with possibly spoiled arguments.
   using Op = std::function<void(const RoundSpec&, const SlotStorage&, const RoundIndices&, const LayerInputs&)>;
   const std::vector<std::pair<const char*, Op>> operations = {
-      {"build_indices", [&](auto& sp, auto& st, auto& idx, auto&) { ops::build_indices(kCpu, sp, st, c.batch_view(rows), idx); }},
-      {"verify_layer", [&](auto& sp, auto& st, auto& idx, auto& li) { ops::verify_layer(kCpu, sp, st, idx, rows, 1, li); }},
-      {"accept", [&](auto& sp, auto& st, auto& idx, auto&) { ops::accept(kCpu, sp, st, idx, rows, c.accepted.as<int32_t>()); }},
-      {"materialize", [&](auto& sp, auto& st, auto&, auto&) { ops::materialize(kCpu, sp, st, c.batch.as<int32_t>() + 1, 2, gates.data()); }},
+      {"build_indices", [&](auto& sp, auto& st, auto& idx, auto&) { ops::build_indices(runner().stream, sp, st, c.batch_view(rows), idx); }},
+      {"verify_layer", [&](auto& sp, auto& st, auto& idx, auto& li) { ops::verify_layer(runner().stream, sp, st, idx, rows, 1, li); }},
+      {"accept", [&](auto& sp, auto& st, auto& idx, auto&) { ops::accept(runner().stream, sp, st, idx, rows, c.accepted.as<int32_t>()); }},
+      {"materialize", [&](auto& sp, auto& st, auto&, auto&) { ops::materialize(runner().stream, sp, st, c.batch.as<int32_t>() + 1, 2, gates.data()); }},
   };
   auto snapshot = [&] {
     std::vector<std::vector<uint8_t>> all = {c.pool.bytes(), c.scratch.bytes(), c.token_cache.bytes(),
@@ -156,6 +163,7 @@ int expect_refused_and_unchanged(Mode mode, const std::function<std::vector<BadC
 }
 
 TEST(Ops, BadViewsAreRefusedNamingTheArgumentAndChangeNothing) {
+  KDA_SKIP_WITHOUT_RUNNER();
   EXPECT_GT(expect_refused_and_unchanged(Mode::fused_accept, bad_calls), 60);
 }
 
@@ -175,6 +183,7 @@ std::vector<BadCall> bad_replay_calls(CallerStorage&) {
 }
 
 TEST(Ops, BadReplayViewsAreRefusedNamingTheArgumentAndChangeNothing) {
+  KDA_SKIP_WITHOUT_RUNNER();
   EXPECT_GT(expect_refused_and_unchanged(Mode::replay, bad_replay_calls), 25);
 }
 
@@ -183,15 +192,19 @@ TEST(Ops, BadReplayViewsAreRefusedNamingTheArgumentAndChangeNothing) {
 // row, a cache row outside the view is not read (no prefix) or not written. Each is recorded, and the
 // layer's results equal a round run on the clamped indices, bitwise.
 TEST(Ops, CorruptReplayIndicesAreClampedAndRecorded) {
+  KDA_SKIP_WITHOUT_RUNNER();
   const uint64_t seed = fresh_seed();
   const VerifierConfig cfg = ops_config(Mode::replay, DType::f32);
   const int32_t T = cfg.tokens, rows = cfg.max_rows;
-  auto run = [&](const std::function<void(std::vector<int32_t>&, const RoundIndices&)>& edit, DeviceErrorWord* errors) {
+  // Runs the layer on indices `edit` changed, recording into `errors` (host-mapped where on a device).
+  auto run = [&](const std::function<void(std::vector<int32_t>&, const RoundIndices&)>& edit,
+                 const detail::MappedHostBuffer& errors) {
+    *static_cast<DeviceErrorWord*>(errors.host()) = DeviceErrorWord{};
     std::mt19937_64 rng(seed);
     CallerStorage c(cfg, CallerLayout::compact);
     BackendInputs in(cfg);
     in.randomize(rng);
-    c.storage.errors = errors;
+    c.storage.errors = static_cast<DeviceErrorWord*>(errors.device());
     for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) {
       c.prefill(slot, random_states(cfg, rng));
       for (int32_t l = 0; l < cfg.model.layers; ++l)
@@ -202,24 +215,29 @@ TEST(Ops, CorruptReplayIndicesAreClampedAndRecorded) {
     const std::vector<int32_t> accept_len(size_t(cfg.pool.slots), 2), packed = {3, 2, 4, 1};
     c.accept_len.upload(accept_len.data(), accept_len.size() * sizeof(int32_t));
     c.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
-    ops::build_indices(kCpu, c.spec, c.storage, c.batch_view(rows), c.idx);
+    ops::build_indices(runner().stream, c.spec, c.storage, c.batch_view(rows), c.idx);
     std::vector<int32_t> idx = c.index_storage.download<int32_t>();
     edit(idx, c.idx);
     c.index_storage.upload(idx.data(), idx.size() * sizeof(int32_t));
-    ops::verify_layer(kCpu, c.spec, c.storage, c.idx, rows, 1, in.view(1, 1));
+    ops::verify_layer(runner().stream, c.spec, c.storage, c.idx, rows, 1, in.view(1, 1));
+    detail::wait_for_device(runner().memory());
     return std::vector<std::vector<uint8_t>>{in.o[1][1].download<uint8_t>(), c.pool.bytes(), c.scratch.bytes(),
                                              c.token_cache.bytes()};
   };
   auto at = [](const RoundIndices& i, const int32_t* array) { return size_t(array - i.row_slot); };
   const int64_t cache_rows = 2 * int64_t(cfg.pool.slots);
-  DeviceErrorWord corrupt_errors, clamped_errors;
+  const detail::MappedHostBuffer corrupt_errors(runner().memory(), sizeof(DeviceErrorWord)),
+      clamped_errors(runner().memory(), sizeof(DeviceErrorWord));
+  const auto count = [](const detail::MappedHostBuffer& e) {
+    return read_device_errors(static_cast<const DeviceErrorWord*>(e.host())).count;
+  };
   const auto corrupt = run(
       [&](std::vector<int32_t>& v, const RoundIndices& i) {
         v[at(i, i.seed_accept) + 0] = T + 5;           // prefix longer than a cache row
         v[at(i, i.replay_from) + 1] = int32_t(cache_rows);  // prefix row outside the view
         v[at(i, i.cache_to) + 2] = int32_t(cache_rows) + 7;  // new tokens' row outside the view
       },
-      &corrupt_errors);
+      corrupt_errors);
   const auto clamped = run(
       [&](std::vector<int32_t>& v, const RoundIndices& i) {
         v[at(i, i.seed_accept) + 0] = T;
@@ -227,14 +245,15 @@ TEST(Ops, CorruptReplayIndicesAreClampedAndRecorded) {
         v[at(i, i.replay_from) + 1] = -1;
         v[at(i, i.cache_to) + 2] = -1;
       },
-      &clamped_errors);
-  EXPECT_EQ(clamped_errors.count, 0u);
-  EXPECT_EQ(corrupt_errors.count, 3u) << "each corrupt entry once";
+      clamped_errors);
+  EXPECT_EQ(count(clamped_errors), 0u);
+  EXPECT_EQ(count(corrupt_errors), 3u) << "each corrupt entry once";
   ASSERT_EQ(corrupt.size(), clamped.size());
   for (size_t b = 0; b < corrupt.size(); ++b) EXPECT_EQ(first_difference(corrupt[b], clamped[b]), -1) << "buffer " << b;
 }
 
 TEST(Ops, AReplayMaterializeWithTheGateInTheKernelNeedsEachLayersGate) {
+  KDA_SKIP_WITHOUT_RUNNER();
   const VerifierConfig cfg = ops_config(Mode::replay, DType::f32);
   CallerStorage c(cfg, CallerLayout::compact);
   const std::vector<int32_t> slots = {1};
@@ -242,7 +261,7 @@ TEST(Ops, AReplayMaterializeWithTheGateInTheKernelNeedsEachLayersGate) {
   std::vector<GateParams> gates(size_t(cfg.model.layers));
   for (const GateParams* g : {static_cast<const GateParams*>(nullptr), static_cast<const GateParams*>(gates.data())}) {
     try {
-      ops::materialize(kCpu, c.spec, c.storage, c.materialize_list.as<int32_t>(), 1, g);
+      ops::materialize(runner().stream, c.spec, c.storage, c.materialize_list.as<int32_t>(), 1, g);
       ADD_FAILURE() << "accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_EQ(e.argument(), g == nullptr ? "gates" : "gates[0].A_log") << e.what();
@@ -251,17 +270,21 @@ TEST(Ops, AReplayMaterializeWithTheGateInTheKernelNeedsEachLayersGate) {
 }
 
 TEST(Ops, CommitIsTwoPhaseOnly) {
+  KDA_SKIP_WITHOUT_RUNNER();
   const VerifierConfig cfg = ops_config(Mode::fused_accept, DType::f32);
   CallerStorage c(cfg, CallerLayout::compact);
   try {
-    ops::commit(kCpu, c.spec, c.storage, c.idx, cfg.max_rows);
+    ops::commit(runner().stream, c.spec, c.storage, c.idx, cfg.max_rows);
     FAIL() << "a fused-accept commit was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_EQ(e.argument(), "spec.mode");
   }
 }
 
+// Where the layer table is in host memory (the CPU backend, the executor) the host reads it and refuses a
+// bad entry; in device memory the kernels record it (next test).
 TEST(Ops, ABadEntryInAHostLayerTableIsRefusedByName) {
+  if (runner().memory() != Backend::cpu) GTEST_SKIP() << "the table is in device memory: the next test";
   const VerifierConfig cfg = ops_config(Mode::fused_accept, DType::f32);
   CallerStorage c(cfg, CallerLayout::layer_table);
   std::vector<void*> table = {c.pool.per_layer[0].data(), nullptr};
@@ -270,12 +293,43 @@ TEST(Ops, ABadEntryInAHostLayerTableIsRefusedByName) {
   for (void* bad : {static_cast<void*>(nullptr), static_cast<void*>(c.pool.per_layer[1].as<char>() + 8)}) {
     table[1] = bad;
     try {
-      ops::build_indices(kCpu, c.spec, storage, c.batch_view(1), c.idx);
+      ops::build_indices(runner().stream, c.spec, storage, c.batch_view(1), c.idx);
       ADD_FAILURE() << "a bad table entry was accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_EQ(e.argument(), "storage.pool.layer_table[1]") << e.what();
     }
   }
+}
+
+TEST(Ops, ANullEntryOfADeviceLayerTableIsRecordedAndItsRowsArePadding) {
+  KDA_SKIP_WITHOUT_RUNNER();
+  if (runner().memory() == Backend::cpu) GTEST_SKIP() << "the table is in host memory: the host refuses it";
+  std::mt19937_64 rng(fresh_seed());
+  const VerifierConfig cfg = ops_config(Mode::fused_accept, DType::f32);
+  CallerStorage c(cfg, CallerLayout::layer_table);
+  BackendInputs in(cfg);
+  in.randomize(rng);
+  for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) c.prefill(slot, random_states(cfg, rng));
+  const std::vector<void*> bad_table = {c.pool.per_layer[0].data(), nullptr};
+  const auto table = detail::Buffer::copy_of(runner().memory(), bad_table);
+  detail::MappedHostBuffer errors(runner().memory(), sizeof(DeviceErrorWord));
+  *static_cast<DeviceErrorWord*>(errors.host()) = DeviceErrorWord{};
+  SlotStorage storage = c.storage;
+  storage.pool.layer_table = table.as<void*>();
+  storage.errors = static_cast<DeviceErrorWord*>(errors.device());
+  const std::vector<int32_t> packed = {2, 4, 1, -1, -1};
+  c.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
+  const std::vector<uint8_t> scratch_before = c.scratch.bytes();
+  ops::build_indices(runner().stream, c.spec, storage, c.batch_view(cfg.max_rows), c.idx);
+  ops::verify_layer(runner().stream, c.spec, storage, c.idx, cfg.max_rows, 1, in.view(1, 1));
+  detail::wait_for_device(runner().memory());
+  const DeviceErrorWord word = read_device_errors(static_cast<const DeviceErrorWord*>(errors.host()));
+  EXPECT_EQ(DeviceErrorCode(word.code), DeviceErrorCode::layer_base_invalid);
+  EXPECT_EQ(word.value, 1) << "the layer";
+  EXPECT_EQ(word.count, 2u) << "once per real row";
+  const auto out = in.o[1][1].download<uint32_t>();
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 0u) << "output element " << i << " is not zero";
+  EXPECT_EQ(c.scratch.bytes(), scratch_before) << "no post-state is written for a layer with no valid base";
 }
 
 }  // namespace

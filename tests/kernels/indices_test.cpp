@@ -1,31 +1,87 @@
-// SPEC §4: the five required behaviours of the fused-accept index build, each its own test, over cases
-// with S = T and S > T, slots 0 and P - 1, padded rows in the middle and at the end.
+// SPEC §4 on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the five required behaviours of
+// the fused-accept index build, each its own test, over cases with S = T and S > T, slots 0 and P - 1,
+// padded rows in the middle and at the end; what each mode addresses; random batches with padding, bad
+// slots and out-of-range accept lengths against the SPEC's rules written out here (and, off the CPU,
+// the CPU build bitwise); what only the device sees, clamped and recorded.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "kernels/indices.h"
+#include "kernels/verify.h"
+#include "tests/common/runner.h"
 #include "tests/common/verify_case.h"
+#include "tests/common/verify_runs.h"
 
 namespace kdagraph::test {
 namespace {
 
-// The index arrays a build writes, held in separate vectors.
-RoundIndices arrays(int32_t rows, int32_t tokens, std::vector<int32_t>& row_slot, std::vector<int32_t>& seed_pool,
-                    std::vector<int32_t>& seed_scratch, std::vector<int32_t>& seed_accept,
-                    std::vector<int32_t>& write_row) {
-  RoundIndices idx;
-  idx.capacity = rows;
-  idx.tokens = tokens;
-  idx.row_slot = row_slot.data();
-  idx.seed_pool = seed_pool.data();
-  idx.seed_scratch = seed_scratch.data();
-  idx.seed_accept = seed_accept.data();
-  idx.write_row = write_row.data();
-  return idx;
-}
+// One index build: its inputs and, once run, what it wrote (every output poisoned with 77 first, unless
+// it keeps an earlier build's to show that nothing of it survives).
+struct IndexRun {
+  int32_t P = 0, S = 0, T = 0, N = 0;
+  std::vector<int32_t> slots, n_real{0};
+  std::vector<int32_t> accept_len;  // [P], or [P + 2] with a guard word at either end (guarded)
+  bool guarded = false;
+  std::vector<int32_t> round_parity;  // [P], or empty: no parity kept
+  Mode mode = Mode::fused_accept;
+  std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row, row_parity, replay_from, cache_to;
+  std::vector<DeviceErrorWord> errors{DeviceErrorWord{}};
+
+  IndexRun(int32_t pool_slots, int32_t scratch_steps, int32_t tokens, std::vector<int32_t> batch, int32_t real)
+      : P(pool_slots), S(scratch_steps), T(tokens), N(int32_t(batch.size())), slots(std::move(batch)), n_real{real} {
+    poison();
+  }
+  void poison() {
+    for (auto* v : {&row_slot, &seed_pool, &seed_scratch, &seed_accept, &row_parity, &replay_from, &cache_to})
+      v->assign(size_t(N), 77);
+    write_row.assign(size_t(N) * size_t(T), 77);
+  }
+  // The slots' accept lengths, as the build reads them.
+  int32_t accept_of(int32_t slot) const { return accept_len[size_t(slot + (guarded ? 1 : 0))]; }
+
+  IndexBuildParams params(Placement& at) {
+    IndexBuildParams p;
+    p.slots = at.in(slots);
+    p.n_real = at.in(n_real);
+    p.accept_len = at.in(accept_len) + (guarded ? 1 : 0);
+    p.pool_slots = P;
+    p.scratch_steps = S;
+    p.tokens = T;
+    p.rows = N;
+    p.policy = mode_policy(mode);
+    p.round_parity = round_parity.empty() ? nullptr : at.in(round_parity);
+    p.errors = at.out(errors);
+    p.out.capacity = N;
+    p.out.tokens = T;
+    p.out.row_slot = at.out(row_slot);
+    p.out.seed_pool = at.out(seed_pool);
+    p.out.seed_scratch = at.out(seed_scratch);
+    p.out.seed_accept = at.out(seed_accept);
+    p.out.write_row = at.out(write_row);
+    p.out.row_parity = at.out(row_parity);
+    p.out.replay_from = at.out(replay_from);
+    p.out.cache_to = at.out(cache_to);
+    return p;
+  }
+  void run() {
+    Placement at(runner().memory());
+    run_op<BuildIndicesOp>(params(at));
+    at.fetch();
+  }
+  // Every output, in one array: row_slot, seed_pool, seed_scratch, seed_accept, write_row, row_parity,
+  // replay_from, cache_to.
+  std::vector<int32_t> all() const {
+    std::vector<int32_t> out;
+    for (const auto* v : {&row_slot, &seed_pool, &seed_scratch, &seed_accept, &write_row, &row_parity, &replay_from, &cache_to})
+      out.insert(out.end(), v->begin(), v->end());
+    return out;
+  }
+};
 
 struct IndexCase {
   std::string name;
@@ -44,35 +100,14 @@ std::vector<IndexCase> cases() {
   };
 }
 
-struct Built {
-  std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row;
-  DeviceErrorWord errors;
-};
-
-Built build(const IndexCase& c, const std::vector<int32_t>& accept_len, const int32_t* accept_ptr = nullptr,
-            Mode mode = Mode::fused_accept) {
-  const int32_t N = int32_t(c.slots.size());
-  Built b;
-  b.row_slot.assign(size_t(N), 77);
-  b.seed_pool.assign(size_t(N), 77);
-  b.seed_scratch.assign(size_t(N), 77);
-  b.seed_accept.assign(size_t(N), 77);
-  b.write_row.assign(size_t(N) * c.T, 77);
-  IndexBuildParams p;
-  p.slots = c.slots.data();
-  p.n_real = &c.n_real;
-  p.accept_len = accept_ptr ? accept_ptr : accept_len.data();
-  p.pool_slots = c.P;
-  p.scratch_steps = c.S;
-  p.tokens = c.T;
-  p.rows = N;
-  p.errors = &b.errors;
-  p.policy = mode_policy(mode);
-  const std::vector<int32_t> parity(size_t(c.P), 0);
-  p.round_parity = parity.data();
-  p.out = arrays(N, c.T, b.row_slot, b.seed_pool, b.seed_scratch, b.seed_accept, b.write_row);
-  build_indices_cpu(p);
-  return b;
+IndexRun run_case(const IndexCase& c, std::vector<int32_t> accept, Mode mode = Mode::fused_accept,
+                  std::vector<int32_t> parity = {}) {
+  IndexRun r(c.P, c.S, c.T, c.slots, c.n_real);
+  r.accept_len = std::move(accept);
+  r.mode = mode;
+  r.round_parity = std::move(parity);
+  r.run();
+  return r;
 }
 
 std::vector<int32_t> random_accepts(int32_t P, int32_t S, std::mt19937_64& rng) {
@@ -84,11 +119,12 @@ std::vector<int32_t> random_accepts(int32_t P, int32_t S, std::mt19937_64& rng) 
 bool is_real(const IndexCase& c, int32_t n) { return n < c.n_real && c.slots[size_t(n)] >= 0; }
 
 TEST(Indices, RealRowsAddressExactlyTheirOwnScratchRows) {
+  KDA_SKIP_WITHOUT_RUNNER();
   std::mt19937_64 rng(fresh_seed());
   for (const IndexCase& c : cases()) {
     SCOPED_TRACE(c.name);
     const auto accept = random_accepts(c.P, c.S, rng);
-    const Built b = build(c, accept);
+    const IndexRun b = run_case(c, accept);
     for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
       if (!is_real(c, n)) continue;
       const int32_t slot = c.slots[size_t(n)];
@@ -103,19 +139,21 @@ TEST(Indices, RealRowsAddressExactlyTheirOwnScratchRows) {
       EXPECT_EQ(b.seed_pool[size_t(n)], a == 0 ? slot : -1);
       EXPECT_EQ(b.seed_scratch[size_t(n)], a == 0 ? -1 : slot * c.S + a - 1);
     }
-    EXPECT_EQ(b.errors.count, 0u);
+    EXPECT_EQ(b.errors[0].count, 0u);
   }
 }
 
 // The mode's policy says what rows address: two-phase seeds from the pool whatever accept_len holds
 // and writes per-token rows; replay seeds from the pool and writes no scratch row at all.
 TEST(Indices, TheModeDecidesWhereSeedsAndPostStatesGo) {
+  KDA_SKIP_WITHOUT_RUNNER();
   std::mt19937_64 rng(fresh_seed());
   for (Mode mode : {Mode::two_phase, Mode::replay}) {
     for (const IndexCase& c : cases()) {
       SCOPED_TRACE(std::string(to_string(mode)) + " " + c.name);
       const auto accept = random_accepts(c.P, c.T, rng);
-      const Built b = build(c, accept, nullptr, mode);
+      const IndexRun b = run_case(c, accept, mode, mode == Mode::replay ? std::vector<int32_t>(size_t(c.P), 0)
+                                                                         : std::vector<int32_t>{});
       for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
         if (!is_real(c, n)) continue;
         const int32_t slot = c.slots[size_t(n)];
@@ -132,44 +170,28 @@ TEST(Indices, TheModeDecidesWhereSeedsAndPostStatesGo) {
 // The round parity (replay's token cache rows, a conv's halves) is gathered per row where the storage
 // keeps one, -1 for padded rows and wherever it is not kept; replay's cache rows follow it.
 TEST(Indices, TheRoundParityIsGatheredWhereKept) {
+  KDA_SKIP_WITHOUT_RUNNER();
   std::mt19937_64 rng(fresh_seed());
   for (Mode mode : {Mode::fused_accept, Mode::replay}) {
     for (bool kept : {true, false}) {
       if (mode == Mode::replay && !kept) continue;  // replay always keeps it
       for (const IndexCase& c : cases()) {
         SCOPED_TRACE(std::string(to_string(mode)) + (kept ? " kept " : " not kept ") + c.name);
-        const int32_t N = int32_t(c.slots.size());
         std::vector<int32_t> parity(size_t(c.P));
         for (auto& p : parity) p = int32_t(rng() % 2);
         const auto accept = random_accepts(c.P, c.T, rng);
-        const size_t rows = static_cast<size_t>(N);
-        std::vector<int32_t> row_slot(rows), seed_pool(rows), seed_scratch(rows), seed_accept(rows),
-            write_row(rows * size_t(c.T)), row_parity(rows, 77), replay_from(rows, 77), cache_to(rows, 77);
-        IndexBuildParams p;
-        p.slots = c.slots.data();
-        p.n_real = &c.n_real;
-        p.accept_len = accept.data();
-        p.pool_slots = c.P;
-        p.scratch_steps = c.S;
-        p.tokens = c.T;
-        p.rows = N;
-        p.policy = mode_policy(mode);
-        p.round_parity = kept ? parity.data() : nullptr;
-        p.out = arrays(N, c.T, row_slot, seed_pool, seed_scratch, seed_accept, write_row);
-        p.out.row_parity = row_parity.data();
-        p.out.replay_from = replay_from.data();
-        p.out.cache_to = cache_to.data();
-        build_indices_cpu(p);
-        for (int32_t n = 0; n < N; ++n) {
+        const IndexRun b = run_case(c, accept, mode, kept ? parity : std::vector<int32_t>{});
+        for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
           const int32_t slot = c.slots[size_t(n)];
           if (!is_real(c, n) || !kept) {
-            EXPECT_EQ(row_parity[size_t(n)], -1) << "row " << n;
+            EXPECT_EQ(b.row_parity[size_t(n)], -1) << "row " << n;
             continue;
           }
-          EXPECT_EQ(row_parity[size_t(n)], parity[size_t(slot)]) << "row " << n;
+          EXPECT_EQ(b.row_parity[size_t(n)], parity[size_t(slot)]) << "row " << n;
           if (mode != Mode::replay) continue;
-          EXPECT_EQ(cache_to[size_t(n)], slot * 2 + 1 - parity[size_t(slot)]) << "row " << n;
-          EXPECT_EQ(replay_from[size_t(n)], accept[size_t(slot)] > 0 ? slot * 2 + parity[size_t(slot)] : -1) << "row " << n;
+          EXPECT_EQ(b.cache_to[size_t(n)], slot * 2 + 1 - parity[size_t(slot)]) << "row " << n;
+          EXPECT_EQ(b.replay_from[size_t(n)], accept[size_t(slot)] > 0 ? slot * 2 + parity[size_t(slot)] : -1)
+              << "row " << n;
         }
       }
     }
@@ -180,52 +202,38 @@ TEST(Indices, TheRoundParityIsGatheredWhereKept) {
 // the slots' accept lengths and parities with the build's own functions, unchecked (resolve_row without
 // the repeated-slot scan). For every row the build makes real, the prediction is what the build writes.
 TEST(Indices, APredictionFromPreRoundDataIsWhatTheBuildWrites) {
+  KDA_SKIP_WITHOUT_RUNNER();
   std::mt19937_64 rng(fresh_seed());
   for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
     for (const IndexCase& c : cases()) {
       SCOPED_TRACE(std::string(to_string(mode)) + " " + c.name);
-      const int32_t N = int32_t(c.slots.size());
       std::vector<int32_t> parity(size_t(c.P));
       for (auto& p : parity) p = int32_t(rng() % 2);
       const auto accept = random_accepts(c.P, mode == Mode::replay ? c.T : c.S, rng);
-      const size_t rows = static_cast<size_t>(N);
-      std::vector<int32_t> row_slot(rows), seed_pool(rows), seed_scratch(rows), seed_accept(rows),
-          write_row(rows * size_t(c.T)), row_parity(rows), replay_from(rows), cache_to(rows);
-      IndexBuildParams p;
-      p.slots = c.slots.data();
-      p.n_real = &c.n_real;
-      p.accept_len = accept.data();
-      p.pool_slots = c.P;
-      p.scratch_steps = c.S;
-      p.tokens = c.T;
-      p.rows = N;
-      p.policy = mode_policy(mode);
-      p.round_parity = parity.data();
-      p.out = arrays(N, c.T, row_slot, seed_pool, seed_scratch, seed_accept, write_row);
-      p.out.row_parity = row_parity.data();
-      p.out.replay_from = replay_from.data();
-      p.out.cache_to = cache_to.data();
-      build_indices_cpu(p);
-      for (int32_t n = 0; n < N; ++n) {
+      IndexRun b = run_case(c, accept, mode, parity);
+      Placement host(Backend::cpu);
+      const IndexBuildParams p = b.params(host);
+      for (int32_t n = 0; n < b.N; ++n) {
         const RowIndices predicted = row_indices(p, resolve_row(p, n, false));
-        if (row_slot[size_t(n)] < 0) continue;  // padding: the build's word is final
-        EXPECT_EQ(predicted.slot, row_slot[size_t(n)]) << "row " << n;
-        EXPECT_EQ(predicted.accept, seed_accept[size_t(n)]) << "row " << n;
-        EXPECT_EQ(predicted.seed_pool, seed_pool[size_t(n)]) << "row " << n;
-        EXPECT_EQ(predicted.seed_scratch, seed_scratch[size_t(n)]) << "row " << n;
-        EXPECT_EQ(predicted.parity, row_parity[size_t(n)]) << "row " << n;
-        EXPECT_EQ(predicted.replay_from, replay_from[size_t(n)]) << "row " << n;
-        EXPECT_EQ(predicted.cache_to, cache_to[size_t(n)]) << "row " << n;
+        if (b.row_slot[size_t(n)] < 0) continue;  // padding: the build's word is final
+        EXPECT_EQ(predicted.slot, b.row_slot[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.accept, b.seed_accept[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.seed_pool, b.seed_pool[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.seed_scratch, b.seed_scratch[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.parity, b.row_parity[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.replay_from, b.replay_from[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.cache_to, b.cache_to[size_t(n)]) << "row " << n;
       }
     }
   }
 }
 
 TEST(Indices, PaddedRowsAreFullyNegative) {
+  KDA_SKIP_WITHOUT_RUNNER();
   std::mt19937_64 rng(fresh_seed());
   for (const IndexCase& c : cases()) {
     SCOPED_TRACE(c.name);
-    const Built b = build(c, random_accepts(c.P, c.S, rng));
+    const IndexRun b = run_case(c, random_accepts(c.P, c.S, rng));
     int padded = 0;
     for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
       if (is_real(c, n)) continue;
@@ -243,20 +251,22 @@ TEST(Indices, PaddedRowsAreFullyNegative) {
 }
 
 TEST(Indices, AcceptGatherReadsThePoolsValuesAndStaysInBounds) {
+  KDA_SKIP_WITHOUT_RUNNER();
   std::mt19937_64 rng(fresh_seed());
   for (const IndexCase& c : cases()) {
     SCOPED_TRACE(c.name);
     // accept_len sits between two guard words no in-range gather can see.
-    const int32_t guard = 999;
-    std::vector<int32_t> guarded(size_t(c.P) + 2, guard);
     const auto accept = random_accepts(c.P, c.S, rng);
-    std::copy(accept.begin(), accept.end(), guarded.begin() + 1);
-    const Built b = build(c, {}, guarded.data() + 1);
+    IndexRun b(c.P, c.S, c.T, c.slots, c.n_real);
+    b.guarded = true;
+    b.accept_len.assign(size_t(c.P) + 2, 999);
+    std::copy(accept.begin(), accept.end(), b.accept_len.begin() + 1);
+    b.run();
     for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
       const int32_t want = is_real(c, n) ? accept[size_t(c.slots[size_t(n)])] : -1;
       EXPECT_EQ(b.seed_accept[size_t(n)], want) << "row " << n;
     }
-    EXPECT_EQ(b.errors.count, 0u) << "a guard word was read as an accept length";
+    EXPECT_EQ(b.errors[0].count, 0u) << "a guard word was read as an accept length";
   }
 }
 
@@ -264,6 +274,7 @@ TEST(Indices, AcceptGatherReadsThePoolsValuesAndStaysInBounds) {
 // verify wrote its scratch rows) must give the same rows: the build depends only on slots, n_real and
 // accept_len, which a verify never writes.
 TEST(Indices, OneBuildSharedByAllLayersEqualsABuildPerLayer) {
+  KDA_SKIP_WITHOUT_RUNNER();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   CaseShape s;
@@ -271,75 +282,133 @@ TEST(Indices, OneBuildSharedByAllLayersEqualsABuildPerLayer) {
   s.tokens = 3;
   s.slots = 6;
   s.scratch_steps = 4;
-  s.head_k = s.head_v = 16;
-  const int layers = 3;
-  std::vector<int32_t> accept = {0, 2, 0, 1, 4, 3};
-  VerifyCase shared(s, seed, {5, 1, 3, -1}, accept);
-  const std::vector<int32_t> first_rows = shared.write_row, first_pool = shared.seed_pool,
-                             first_scratch = shared.seed_scratch;
-  for (int l = 0; l < layers; ++l) {
-    VerifyCase per_layer(s, seed + 1 + uint64_t(l), {5, 1, 3, -1}, accept);
-    verify_cpu(per_layer.params());  // this layer writes scratch; accept_len is untouched
-    per_layer.build_indices();
-    EXPECT_EQ(per_layer.write_row, first_rows) << "layer " << l;
-    EXPECT_EQ(per_layer.seed_pool, first_pool) << "layer " << l;
-    EXPECT_EQ(per_layer.seed_scratch, first_scratch) << "layer " << l;
+  const std::vector<int32_t> batch = {5, 1, 3, -1}, accept = {0, 2, 0, 1, 4, 3};
+  IndexRun shared(s.slots, s.scratch_steps, s.tokens, batch, 3);
+  shared.accept_len = accept;
+  shared.run();
+  for (int l = 0; l < 3; ++l) {
+    VerifyCase layer(s, seed + 1 + uint64_t(l), batch, accept);  // this layer's verify writes scratch
+    run_verify(layer);
+    IndexRun again(s.slots, s.scratch_steps, s.tokens, batch, 3);
+    again.accept_len = layer.accept_len;  // untouched by the verify
+    again.run();
+    EXPECT_EQ(first_difference(again.all(), shared.all()), -1) << "layer " << l;
   }
 }
 
+// SPEC §4.5: a later batch built into the same buffers leaves nothing of the earlier one, and a build
+// after accept_len changed picks up the new seeds.
 TEST(Indices, ADifferentBatchBuildsDifferentRowsAndNothingStaleSurvives) {
+  KDA_SKIP_WITHOUT_RUNNER();
   std::mt19937_64 rng(fresh_seed());
   const int32_t P = 8, S = 5, T = 4, N = 6;
-  std::vector<int32_t> row_slot(N), seed_pool(N), seed_scratch(N), seed_accept(N), write_row(size_t(N) * T);
-  auto accept = random_accepts(P, S, rng);
-  auto run = [&](std::vector<int32_t> slots, int32_t n_real) {
-    IndexBuildParams p;
-    p.slots = slots.data();
-    p.n_real = &n_real;
-    p.accept_len = accept.data();
-    p.pool_slots = P;
-    p.scratch_steps = S;
-    p.tokens = T;
-    p.rows = N;
-    p.out = arrays(N, T, row_slot, seed_pool, seed_scratch, seed_accept, write_row);
-    build_indices_cpu(p);
-  };
-  run({7, 0, 3, 5, 1, 2}, 6);
-  const auto first = write_row;
-  run({4, 6, 0, 0, 0, 0}, 2);  // stale slots beyond n_real must not count
-  EXPECT_NE(write_row, first);
+  IndexRun b(P, S, T, {7, 0, 3, 5, 1, 2}, N);
+  b.accept_len = random_accepts(P, S, rng);
+  b.run();
+  const auto first = b.write_row;
+  b.slots = {4, 6, 0, 0, 0, 0};  // stale slots beyond n_real must not count
+  b.n_real = {2};
+  b.run();
+  EXPECT_NE(b.write_row, first);
   for (int32_t n = 0; n < N; ++n) {
     for (int32_t t = 0; t < T; ++t) {
       const int32_t want = n == 0 ? 4 * S + t : n == 1 ? 6 * S + t : -1;
-      EXPECT_EQ(write_row[size_t(n) * T + t], want) << "row " << n << " step " << t;
+      EXPECT_EQ(b.write_row[size_t(n) * T + t], want) << "row " << n << " step " << t;
     }
-    EXPECT_EQ(row_slot[size_t(n)], n == 0 ? 4 : n == 1 ? 6 : -1);
+    EXPECT_EQ(b.row_slot[size_t(n)], n == 0 ? 4 : n == 1 ? 6 : -1);
   }
-  // A replay after accept_len changed picks up the new seeds.
-  accept[4] = 0;
-  accept[6] = 2;
-  run({4, 6, 0, 0, 0, 0}, 2);
-  EXPECT_EQ(seed_pool[0], 4);
-  EXPECT_EQ(seed_scratch[0], -1);
-  EXPECT_EQ(seed_pool[1], -1);
-  EXPECT_EQ(seed_scratch[1], 6 * S + 1);
+  b.accept_len[4] = 0;
+  b.accept_len[6] = 2;
+  b.run();
+  EXPECT_EQ(b.seed_pool[0], 4);
+  EXPECT_EQ(b.seed_scratch[0], -1);
+  EXPECT_EQ(b.seed_pool[1], -1);
+  EXPECT_EQ(b.seed_scratch[1], 6 * S + 1);
 }
 
 // SPEC §6: what only the device can see is clamped and recorded, never followed out of bounds.
 TEST(Indices, BadDeviceValuesAreClampedAndRecorded) {
+  KDA_SKIP_WITHOUT_RUNNER();
   const int32_t P = 4, S = 3, T = 3;
-  IndexCase c{"bad", P, S, T, {2, 9, 2, 1}, 4};
-  std::vector<int32_t> accept = {0, 7, 1, 0};  // slot 1's accept length 7 > S
-  const Built b = build(c, accept);
+  const IndexRun b = run_case(IndexCase{"bad", P, S, T, {2, 9, 2, 1}, 4}, {0, 7, 1, 0});  // slot 1's 7 > S
   EXPECT_EQ(b.row_slot[0], 2);
   EXPECT_EQ(b.row_slot[1], -1) << "slot 9 is out of range: padding";
   EXPECT_EQ(b.row_slot[2], -1) << "slot 2 repeats row 0: padding";
   EXPECT_EQ(b.row_slot[3], 1);
   EXPECT_EQ(b.seed_scratch[3], 1 * S + S - 1) << "accept 7 clamps to S";
-  EXPECT_EQ(b.errors.count, 3u);
-  EXPECT_EQ(b.errors.code, uint32_t(DeviceErrorCode::slot_out_of_range));
-  EXPECT_EQ(b.errors.row, 1);
-  EXPECT_EQ(b.errors.value, 9);
+  EXPECT_EQ(b.errors[0].count, 3u);
+  if (runner().kind == RunnerKind::cpu) {  // the device records whichever error it meets first
+    EXPECT_EQ(b.errors[0].code, uint32_t(DeviceErrorCode::slot_out_of_range));
+    EXPECT_EQ(b.errors[0].row, 1);
+    EXPECT_EQ(b.errors[0].value, 9);
+  }
+}
+
+// Random batches (distinct slots for most rows, with padding, out-of-range and repeated slots, accept
+// lengths mostly in [0, S], n_real anywhere in [-1, N + 1]; up to 300 rows, so several blocks) against
+// the rules of SPEC §4 and §6 written out here, and, off the CPU, the CPU build bitwise.
+IndexRun random_run(std::mt19937_64& rng) {
+  auto pick = [&](int32_t lo, int32_t hi) { return int32_t(lo + int64_t(rng() % uint64_t(hi - lo + 1))); };
+  const int32_t P = pick(1, 320), S = pick(1, 9), T = pick(1, S), N = pick(1, 300);
+  std::vector<int32_t> free_slots(static_cast<size_t>(P)), slots;
+  for (int32_t s = 0; s < P; ++s) free_slots[size_t(s)] = s;
+  std::shuffle(free_slots.begin(), free_slots.end(), rng);
+  for (int32_t n = 0; n < N; ++n) {
+    const int32_t kind = pick(0, 19);
+    int32_t slot = n < P ? free_slots[size_t(n)] : -1;
+    if (kind == 0) slot = -1;
+    if (kind == 1) slot = P + pick(0, 3);
+    if (kind == 2) slot = -2 - pick(0, 3);
+    if (kind == 3 && n > 0) slot = slots[size_t(pick(0, n - 1))];
+    slots.push_back(slot);
+  }
+  IndexRun r(P, S, T, slots, pick(0, 9) == 0 ? pick(-1, N + 1) : pick(0, N));
+  for (int32_t s = 0; s < P; ++s) {
+    const int32_t kind = pick(0, 19);
+    r.accept_len.push_back(kind == 0 ? -pick(1, 3) : kind == 1 ? S + pick(1, 3) : pick(0, S));
+  }
+  return r;
+}
+
+TEST(Indices, RandomBatchesFollowTheRules) {
+  KDA_SKIP_WITHOUT_RUNNER();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int trials = runner().matrix == Matrix::thread_lanes ? 40 : 200;
+  for (int trial = 0; trial < trials; ++trial) {
+    IndexRun r = random_run(rng);
+    SCOPED_TRACE("trial " + std::to_string(trial) + " N=" + std::to_string(r.N) + " P=" + std::to_string(r.P) +
+                 " T=" + std::to_string(r.T) + " n_real=" + std::to_string(r.n_real[0]));
+    r.run();
+    const int32_t real = std::clamp(r.n_real[0], 0, r.N);
+    uint32_t recorded = 0;
+    std::set<int32_t> taken;
+    for (int32_t n = 0; n < r.N; ++n) {
+      int32_t slot = n < real ? r.slots[size_t(n)] : -1;
+      if (n < real && slot >= 0 && slot < r.P && !taken.insert(slot).second) slot = -1, ++recorded;  // repeated
+      else if (n < real && (slot >= r.P || slot < -1)) slot = -1, ++recorded;                          // out of range
+      int32_t a = slot >= 0 ? r.accept_of(slot) : -1;
+      if (slot >= 0 && (a < 0 || a > r.S)) a = std::clamp(a, 0, r.S), ++recorded;
+      ASSERT_EQ(r.row_slot[size_t(n)], slot) << "row " << n;
+      ASSERT_EQ(r.seed_accept[size_t(n)], a) << "row " << n;
+      ASSERT_EQ(r.seed_pool[size_t(n)], slot >= 0 && a == 0 ? slot : -1) << "row " << n;
+      ASSERT_EQ(r.seed_scratch[size_t(n)], slot >= 0 && a > 0 ? slot * r.S + a - 1 : -1) << "row " << n;
+      for (int32_t t = 0; t < r.T; ++t)
+        ASSERT_EQ(r.write_row[size_t(n) * r.T + t], slot >= 0 ? slot * r.S + t : -1) << "row " << n << " t " << t;
+    }
+    EXPECT_EQ(r.errors[0].count, recorded);
+    EXPECT_EQ(r.errors[0].code == 0, recorded == 0);
+    if (runner().kind != RunnerKind::cpu) {
+      IndexRun cpu = r;
+      cpu.poison();
+      cpu.errors = {DeviceErrorWord{}};
+      Placement host(Backend::cpu);
+      build_indices_cpu(cpu.params(host));
+      EXPECT_EQ(first_difference(r.all(), cpu.all()), -1) << "index entry against the CPU build";
+    }
+    if (HasFailure()) return;
+  }
 }
 
 }  // namespace

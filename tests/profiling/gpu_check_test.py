@@ -93,12 +93,12 @@ def dry_run_checks_every_stage():
     check("verify_sweep" in stages and "sweep_report" in stages, f"no stage for issue 31's sweep: {stages}")
     check(files <= 8, "more than 8 files back")
     # The checks really ran: gtest filters counted, the command line's arguments tried, ctest's label found.
-    for needle in (r"dry: ok +tests/verify_cuda_test --gtest_filter=\S+: [1-9]\d* tests",
+    for needle in (r"dry: ok +tests/kernels_cuda_test --gtest_filter=\S+: [1-9]\d* tests",
                    r"dry: ok +tools/kdagraph bench .*: arguments accepted",
                    r"dry: ok +ctest -L gpu: [1-9]\d* tests", r"dry: ok +cmake -S",
                    r"dry: ok +profiling/fla_peer.py .*--dry-run",
                    r"dry: ok +tools/kdagraph run --backend cuda .*--graph-memory-copies \d+ .*: arguments accepted",
-                   r"dry: ok +tests/graph_runner_cuda_test --gtest_filter=\S+: [1-9]\d* tests",
+                   r"dry: ok +tests/graph_cuda_test --gtest_filter=\S+: [1-9]\d* tests",
                    r"dry: ok +tools/kdagraph run --backend cuda --check --tree .*--mode replay.*: arguments accepted",
                    r"dry: ok +\S+ -m pytest .*tests/python",
                    r"dry: ok +profiling/bench_verify_sweep --csv \S+ --md \S+: arguments accepted",

@@ -1,0 +1,21 @@
+// [TAG_RUNNERS] The SIMT runner: the cases of tests/common/runner.h on the CUDA kernels' own source, on
+// the executor (in this build the CPU backend runs the kernels: graph/dispatch.h). Sweeps run their
+// executor subset, and a smaller one where lanes are OS threads (ThreadSanitizer).
+#include "tests/common/runner.h"
+#include "tests/simt/executor.h"
+
+namespace kdagraph::test {
+
+const Runner& runner() {
+  static const Runner r{RunnerKind::simt,
+                        simt::options().lanes == simt::Lanes::threads ? Matrix::thread_lanes : Matrix::executor,
+                        Stream{Backend::cpu, nullptr}, "simt"};
+  return r;
+}
+
+bool runner_available() { return true; }
+
+uint64_t runner_launches() { return simt::launches(); }
+uint64_t runner_held_launches() { return simt::held_launches(); }
+
+}  // namespace kdagraph::test
