@@ -253,6 +253,22 @@ inline std::vector<uint8_t> random_states(const VerifierConfig& c, std::mt19937_
 // for. Expects, bitwise: every round's outputs, the accept lengths, every slot's pool row after the
 // final materialize, and every caller byte that is no slot's state (row gaps, SGLang's padding slot)
 // still poisoned.
+// A round's batch: 1 to N distinct slots of P in random order, and an accept length in [1, T] for each
+// (`accepted` has N entries, 0 past the batch).
+struct RandomBatch {
+  std::vector<int32_t> slots, accepted;
+};
+inline RandomBatch random_batch(std::mt19937_64& rng, int32_t P, int32_t N, int32_t T) {
+  RandomBatch b;
+  for (int32_t s = 0; s < P; ++s) b.slots.push_back(s);
+  std::shuffle(b.slots.begin(), b.slots.end(), rng);
+  const int32_t n = std::uniform_int_distribution<int32_t>(1, N)(rng);
+  b.slots.resize(size_t(n));
+  b.accepted.assign(size_t(N), 0);
+  for (int32_t i = 0; i < n; ++i) b.accepted[size_t(i)] = std::uniform_int_distribution<int32_t>(1, T)(rng);
+  return b;
+}
+
 inline void expect_ops_match_verifier(const VerifierConfig& c, CallerLayout layout, const Stream& stream,
                                       uint64_t seed, int rounds) {
   SCOPED_TRACE(std::string("layout ") + to_string(layout) + ", mode " + to_string(c.mode) + ", seed " +
@@ -271,13 +287,8 @@ inline void expect_ops_match_verifier(const VerifierConfig& c, CallerLayout layo
   const size_t out_bytes = in.o[0][0].bytes();
   for (int r = 0; r < rounds; ++r) {
     SCOPED_TRACE("round " + std::to_string(r));
-    std::vector<int32_t> slots;
-    for (int32_t s = 0; s < P; ++s) slots.push_back(s);
-    std::shuffle(slots.begin(), slots.end(), rng);
-    const int32_t n = std::uniform_int_distribution<int32_t>(1, N)(rng);
-    slots.resize(size_t(n));
-    std::vector<int32_t> accepted(size_t(N), 0);
-    for (int32_t i = 0; i < n; ++i) accepted[size_t(i)] = std::uniform_int_distribution<int32_t>(1, c.tokens)(rng);
+    const auto [slots, accepted] = random_batch(rng, P, N, c.tokens);
+    const int32_t n = int32_t(slots.size());
     in.randomize(rng);
 
     verifier.set_batch(stream, slots.data(), n);

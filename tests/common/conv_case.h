@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kdagraph/ops.hpp"
 #include "kernels/conv.h"
 #include "tests/common/conv_reference.h"
 #include "tests/common/placement.h"
@@ -271,6 +272,25 @@ struct ConvCase {
     return pointers(host);
   }
 };
+
+// SPEC §11's short_conv over a case's buffers as placed (`ptr`): x and y [B, T, C] (one segment), the
+// conv state `state` (the case's, or a copy in other rows), the rows' slots and accept lengths.
+inline ShortConvCall short_conv_call(const ConvCase& c, const ConvPointers& ptr, const StateView& state) {
+  ShortConvCall call;
+  call.conv = ConvShape{c.sh.channels, c.sh.width, c.sh.activation};
+  call.io_dtype = c.sh.io;
+  call.batch = c.sh.rows;
+  call.tokens = c.sh.tokens;
+  call.scratch_steps = c.sh.scratch_steps;
+  call.x = ptr.x;
+  call.weight = ptr.weight;
+  call.bias = c.sh.bias ? ptr.bias : nullptr;
+  call.y = ptr.y[0];
+  call.conv_state = state;
+  call.state_indices = ptr.row_slot;
+  call.num_accepted = ptr.row_accept;
+  return call;
+}
 
 // What a conv run must leave: the fp64 outputs of every real row, and the exact bytes of the conv
 // state and the conv scratch (both hold copies of io-dtype inputs).

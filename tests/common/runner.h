@@ -66,6 +66,15 @@ inline int32_t case_head_dim(int32_t cpu_dim) { return runner().kind == RunnerKi
     if (!::kdagraph::test::runner_available()) GTEST_SKIP() << "no CUDA device";             \
   } while (0)
 
+// First statement of a case of whole rounds: also skipped where the executor's lanes are OS threads (a
+// round takes tens of seconds there, and the kernel cases run every kernel under them).
+#define KDA_SKIP_UNLESS_ROUNDS_RUN()                                                                      \
+  do {                                                                                                    \
+    KDA_SKIP_WITHOUT_RUNNER();                                                                            \
+    if (::kdagraph::test::runner().matrix == ::kdagraph::test::Matrix::thread_lanes)                      \
+      GTEST_SKIP() << "OS-thread lanes: the kernel cases run the kernels";                                \
+  } while (0)
+
 // Runs operation Op (a kernel header's VerifyOp, IndexBuildOp, ...) with `p` on the runner, through the
 // library's backend switch, and returns once its results are in the runner's memory.
 template <class Op>

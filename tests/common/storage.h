@@ -23,9 +23,11 @@ struct StorageSnapshot {
   }
 };
 
+// After all of the device's work (a round on any stream) has run.
 inline StorageSnapshot snapshot(const Verifier& v) {
   StorageSnapshot s;
   const Backend b = v.config().backend;
+  detail::wait_for_device(b);
   s.pool.resize(v.pool_bytes());
   s.scratch.resize(v.scratch_bytes());
   s.accept_len.resize(size_t(v.config().pool.slots));

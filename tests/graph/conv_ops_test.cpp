@@ -111,19 +111,7 @@ TEST(ConvOps, ShortConvIsTheOffsetWindowConvOnOneSegment) {
     const ConvExpectation want = expect_of(c);
     Placement at(runner().memory());
     const ConvPointers ptr = c.pointers(at);
-    ShortConvCall call;
-    call.conv = ConvShape{sh.channels, sh.width, sh.activation};
-    call.io_dtype = io;
-    call.batch = sh.rows;
-    call.tokens = sh.tokens;
-    call.scratch_steps = sh.scratch_steps;
-    call.x = ptr.x;
-    call.weight = ptr.weight;
-    call.bias = ptr.bias;
-    call.y = ptr.y[0];
-    call.conv_state = state_view(ptr.state, io, 1, 0, sh.slots, c.state_stride);
-    call.state_indices = ptr.row_slot;
-    call.num_accepted = ptr.row_accept;
+    const ShortConvCall call = short_conv_call(c, ptr, state_view(ptr.state, io, 1, 0, sh.slots, c.state_stride));
     ops::short_conv(runner().stream, call);
     at.fetch();
     expect_conv_results(c, want, conv_tolerance(io));
@@ -138,17 +126,7 @@ TEST(ConvOps, ShortConvRefusesBadArgumentsByName) {
   ConvCase c(sh, fresh_seed(), {0, 1, 2, 3}, {0, 0, 0, 0});
   Placement at(runner().memory());
   const ConvPointers ptr = c.pointers(at);
-  ShortConvCall good;
-  good.conv = ConvShape{sh.channels, sh.width, sh.activation};
-  good.batch = sh.rows;
-  good.tokens = sh.tokens;
-  good.scratch_steps = sh.scratch_steps;
-  good.x = ptr.x;
-  good.weight = ptr.weight;
-  good.y = ptr.y[0];
-  good.conv_state = state_view(ptr.state, sh.io, 1, 0, sh.slots, c.state_stride);
-  good.state_indices = ptr.row_slot;
-  good.num_accepted = ptr.row_accept;
+  const ShortConvCall good = short_conv_call(c, ptr, state_view(ptr.state, sh.io, 1, 0, sh.slots, c.state_stride));
   const std::vector<std::pair<std::string, std::function<void(ShortConvCall&)>>> bad = {
       {"conv.width", [](ShortConvCall& k) { k.conv.width = 1; }},
       {"conv.width", [](ShortConvCall& k) { k.conv.width = 0; }},

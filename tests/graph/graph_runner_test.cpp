@@ -31,12 +31,6 @@
 namespace kdagraph::test {
 namespace {
 
-#define KDA_SKIP_UNLESS_ROUNDS_RUN()                                                                    \
-  do {                                                                                                  \
-    KDA_SKIP_WITHOUT_RUNNER();                                                                          \
-    if (runner().matrix == Matrix::thread_lanes) GTEST_SKIP() << "OS-thread lanes: the kernel cases run"; \
-  } while (0)
-
 const Stream& stream() { return runner().stream; }
 void wait() { detail::wait_for_device(runner().memory()); }
 

@@ -90,7 +90,7 @@ struct GateRounds {
 
   std::vector<LayerInputs> layers(const std::vector<std::vector<float>>& g) {
     std::vector<LayerInputs> out;
-    for (size_t l = 0; l < in.size(); ++l) out.push_back(in[l].view(g[l]));
+    for (size_t l = 0; l < in.size(); ++l) out.push_back(in[l].view(g[l].data()));
     return out;
   }
   std::vector<ConvLayerInputs> convs() {

@@ -3,8 +3,8 @@
 // Every round is checked against the fp64 tree reference seeded from where SPEC §12 says the seed is
 // (the accepted node's scratch row, or the pool after a commit), so a seed read from the wrong row
 // fails; the accepted node's state is what commit and materialize move. Bad trees and paths from device
-// memory are clamped and recorded; host-side misuse is refused by name and changes nothing.
-// Built twice: on the CPU backend, and (tests/simt) on the CUDA kernels through the SIMT executor.
+// memory are clamped and recorded; host-side misuse is refused by name and changes nothing. On the
+// program's runner (tests/common/runner.h [TAG_RUNNERS]); the executor runs half the engines' rounds.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -19,11 +19,19 @@
 #include "tests/common/conv_reference.h"
 #include "tests/common/engines.h"
 #include "tests/common/reference.h"
+#include "tests/common/runner.h"
+#include "tests/common/verify_case.h"
 
 namespace kdagraph::test {
 namespace {
 
-uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
+// The cases over TreeRounds keep their caller storage in host memory: the CPU backend's, and the
+// executor's device memory; on a GPU the engine's cases run.
+#define KDA_SKIP_UNLESS_HOST_STORAGE()                                                                   \
+  do {                                                                                                   \
+    KDA_SKIP_UNLESS_ROUNDS_RUN();                                                                        \
+    if (runner().memory() != Backend::cpu) GTEST_SKIP() << "caller storage in host memory";              \
+  } while (0)
 
 float load(const std::vector<uint8_t>& bytes, DType t, int64_t i) {
   return math::load_as_f32(bytes.data(), t, i);
@@ -52,7 +60,7 @@ struct TreeRounds {
   RoundIndices idx;
   BatchView batch;
   std::vector<std::vector<float>> q, k, v, g, beta, o;  // per layer
-  const Stream s{Backend::cpu, nullptr};
+  const Stream s = runner().stream;
 
   static int64_t state_elems() { return int64_t(HV) * V * K; }
 
@@ -205,6 +213,7 @@ struct TreeRounds {
 class TreeRoundsTest : public ::testing::TestWithParam<std::tuple<Mode, DType>> {};
 
 TEST_P(TreeRoundsTest, EachRoundSeedsFromTheAcceptedNode) {
+  KDA_SKIP_UNLESS_HOST_STORAGE();
   const Mode mode = std::get<0>(GetParam());
   const DType state = std::get<1>(GetParam());
   const uint64_t seed = fresh_seed();
@@ -259,6 +268,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, TreeRoundsTest,
 // path that leaves the tree is cut at its first bad node (recorded): the accept length names the last
 // good node.
 TEST(Trees, BadParentsAndPathsFromDeviceMemoryAreClampedAndRecorded) {
+  KDA_SKIP_UNLESS_HOST_STORAGE();
   TreeRounds r(Mode::fused_accept, DType::f32, fresh_seed());
   const int32_t T = TreeRounds::T;
   r.new_inputs();
@@ -287,6 +297,7 @@ TEST(Trees, BadParentsAndPathsFromDeviceMemoryAreClampedAndRecorded) {
 
 // Host-side misuse is refused naming the argument, before anything changes.
 TEST(Trees, MisuseIsRefusedByNameAndChangesNothing) {
+  KDA_SKIP_UNLESS_HOST_STORAGE();
   TreeRounds r(Mode::fused_accept, DType::f32, fresh_seed());
   r.new_inputs();
   const std::vector<int32_t> indices_before = r.index_storage, accept_before = r.accept_len;
@@ -313,7 +324,7 @@ TEST(Trees, MisuseIsRefusedByNameAndChangesNothing) {
 // The host engine with top-K trees (HostEngineConfig::tree): K = V = 64 (a shape the CUDA kernels have,
 // for the SIMT build), T = 6.
 HostEngineConfig tree_engine(Mode mode, Exec exec, int32_t tree, uint64_t seed) {
-  HostEngineConfig c = small_engine(Backend::cpu, mode, exec, seed);
+  HostEngineConfig c = small_engine(runner().memory(), mode, exec, seed);
   c.verifier.model = ModelShape{2, 1, 2, 64, 64};
   c.verifier.tokens = 6;
   c.verifier.pool.scratch_steps = 6;
@@ -329,7 +340,7 @@ struct EngineRun {
 };
 
 EngineRun run_engine(const HostEngineConfig& c, int32_t rounds) {
-  const Stream s{Backend::cpu, nullptr};
+  const Stream& s = runner().stream;
   HostEngine e(c);
   e.start(s);
   for (int32_t r = 0; r < rounds; ++r) e.run_round(s);
@@ -354,9 +365,10 @@ void expect_same_runs(const EngineRun& got, const EngineRun& want, const std::st
 // inside, eager rounds with the sampler outside, and the two-phase reference see the same trees and
 // paths and agree bitwise on every round's outputs and every retired state.
 TEST(TreeEngine, ModesExecutionsAndSamplersAgreeBitwise) {
+  KDA_SKIP_UNLESS_ROUNDS_RUN();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  const int32_t rounds = 24;
+  const int32_t rounds = by_matrix(24, 12, 0);
   const EngineRun reference = run_engine(tree_engine(Mode::two_phase, Exec::eager, 3, seed), rounds);
   EXPECT_GT(reference.tokens, int64_t(reference.rounds.size())) << "some drafts are accepted";
   expect_same_runs(run_engine(tree_engine(Mode::fused_accept, Exec::graph, 3, seed), rounds), reference,
@@ -376,16 +388,19 @@ TEST(TreeEngine, ModesExecutionsAndSamplersAgreeBitwise) {
 // A top-1 tree is a chain, and the sampler accepts down it with the chain sampler's draws: the engine is
 // bitwise the engine without trees.
 TEST(TreeEngine, ATopOneTreeIsBitwiseTheChain) {
+  KDA_SKIP_UNLESS_ROUNDS_RUN();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  expect_same_runs(run_engine(tree_engine(Mode::fused_accept, Exec::graph, 1, seed), 16),
-                   run_engine(tree_engine(Mode::fused_accept, Exec::graph, 0, seed), 16), "top-1 trees");
+  const int32_t rounds = by_matrix(16, 8, 0);
+  expect_same_runs(run_engine(tree_engine(Mode::fused_accept, Exec::graph, 1, seed), rounds),
+                   run_engine(tree_engine(Mode::fused_accept, Exec::graph, 0, seed), rounds), "top-1 trees");
 }
 
 // Trees from the host are checked by name before anything runs, and so are paths from the host
 // against the tree set_tree wrote.
 TEST(TreeEngine, TreesAndPathsFromTheHostAreCheckedByName) {
-  const Stream s{Backend::cpu, nullptr};
+  KDA_SKIP_UNLESS_ROUNDS_RUN();
+  const Stream& s = runner().stream;
   VerifierConfig c = tree_engine(Mode::fused_accept, Exec::eager, 2, 1).verifier;
   auto expect_refused = [](const char* argument, auto call) {
     try {
@@ -447,6 +462,7 @@ TEST(TreeEngine, TreesAndPathsFromTheHostAreCheckedByName) {
 class ConvTreeRounds : public ::testing::TestWithParam<std::tuple<Mode, DType>> {};
 
 TEST_P(ConvTreeRounds, MatchTheReference) {
+  KDA_SKIP_UNLESS_HOST_STORAGE();
   const Mode mode = std::get<0>(GetParam());  // plain locals: clang does not let a lambda capture a binding
   const DType io = std::get<1>(GetParam());
   const uint64_t seed = fresh_seed();
@@ -575,6 +591,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, ConvTreeRounds,
 // two-phase commits the accepted node's conv scratch row, replay replays the path. T = 6 fits one staging
 // chunk of the CUDA kernel; T = 12 crosses into a second, where a token's ancestors may lie in the first.
 TEST(TreeEngine, WithTheConvModesAndExecutionsAgreeBitwise) {
+  KDA_SKIP_UNLESS_ROUNDS_RUN();
   for (int32_t T : {6, 12}) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE("T=" + std::to_string(T) + " seed=" + std::to_string(seed));
@@ -584,7 +601,7 @@ TEST(TreeEngine, WithTheConvModesAndExecutionsAgreeBitwise) {
       c.verifier.fuse_conv = fuse;
       return c;
     };
-    const int32_t rounds = 16;
+    const int32_t rounds = by_matrix(16, 8, 0);
     const EngineRun reference = run_engine(engine(Mode::two_phase, Exec::eager, false), rounds);
     expect_same_runs(run_engine(engine(Mode::fused_accept, Exec::graph, true), rounds), reference,
                      "fused-accept graph, conv fused");
@@ -602,6 +619,7 @@ TEST(TreeEngine, WithTheConvModesAndExecutionsAgreeBitwise) {
 // the call before accepted, against the fp64 conv reference; a call given chains and no path is bitwise
 // the call without either.
 TEST(ShortConvTrees, MatchTheReferenceOverCalls) {
+  KDA_SKIP_UNLESS_HOST_STORAGE();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);

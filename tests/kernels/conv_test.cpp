@@ -299,19 +299,8 @@ TEST(Conv, ShortConvTakesRowsThatDoNotFill16Bytes) {
       Placement at(runner().memory());
       uint8_t* placed = at.out(compact);
       const ConvPointers ptr = c.pointers(at);
-      ShortConvCall call;
-      call.conv = ConvShape{sh.channels, sh.width, sh.activation};
-      call.io_dtype = io;
-      call.batch = sh.rows;
-      call.tokens = sh.tokens;
-      call.scratch_steps = sh.scratch_steps;
-      call.x = ptr.x;
-      call.weight = ptr.weight;
-      call.bias = ptr.bias;
-      call.y = ptr.y[0];
-      call.conv_state = state_view(placed + shift, io, 1, 0, sh.slots, int64_t(c.columns) * sh.channels);
-      call.state_indices = ptr.row_slot;
-      call.num_accepted = ptr.row_accept;
+      const ShortConvCall call =
+          short_conv_call(c, ptr, state_view(placed + shift, io, 1, 0, sh.slots, int64_t(c.columns) * sh.channels));
       const uint64_t launches = runner_launches();
       ops::short_conv(runner().stream, call);
       detail::wait_for_device(runner().memory());

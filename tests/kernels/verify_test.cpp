@@ -251,6 +251,41 @@ TEST(Verify, SameBitsEveryRun) {
   }
 }
 
+// A lane group writes its rows' outputs as one vector where the output buffer is 16-byte aligned, one by
+// one where it is not (a caller's view into a larger tensor): the same bytes either way.
+TEST(Verify, OutputsOfAnyAlignmentAreTheSameBytes) {
+  KDA_SKIP_WITHOUT_RUNNER();
+  for (DType io : {DType::f32, DType::bf16}) {
+    CaseShape s;
+    s.rows = 3;
+    s.tokens = 3;
+    s.heads = 1;
+    s.value_heads = 2;
+    s.head_k = s.head_v = 128;
+    s.io = io;
+    s.options.l2norm_qk = true;
+    s.options.gate = GateMode::softplus;
+    SCOPED_TRACE(to_string(io));
+    VerifyCase c(s, fresh_seed(), {0, 2, -1}, {0, 0, 0, 0});  // pool seeds: two runs start alike
+    const size_t bytes = c.o.bytes.size(), es = dtype_size(io);
+    std::vector<uint8_t> aligned(bytes + 16, 0xff), shifted(bytes + 16, 0xff);
+    {
+      Placement at(runner().memory());
+      VerifyParams p = c.params(at);
+      p.o = at.out(aligned);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(p.o) % 16, 0u);
+      run_op<VerifyOp>(p);
+      p.o = at.out(shifted) + es;  // aligned to the element, not to 16 bytes
+      run_op<VerifyOp>(p);
+      at.fetch();
+    }
+    const std::vector<uint8_t> a(aligned.begin(), aligned.begin() + ptrdiff_t(bytes));
+    const std::vector<uint8_t> b(shifted.begin() + ptrdiff_t(es), shifted.begin() + ptrdiff_t(es + bytes));
+    EXPECT_EQ(first_difference(b, a), -1) << "outputs at this byte";
+    EXPECT_NE(a, std::vector<uint8_t>(bytes, 0xff)) << "no output written";
+  }
+}
+
 // With beta = 0 the state only decays: S_T = exp(sum_t g_t) * S_0 per key channel, and o_t = S_t q_t.
 TEST(Verify, ZeroBetaOnlyDecays) {
   KDA_SKIP_WITHOUT_RUNNER();

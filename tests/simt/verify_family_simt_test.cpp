@@ -1,19 +1,19 @@
 // [TAG_VERIFY_VARIANTS] Every member of the verify kernel family (kernels/verify_kernel.cuh) that the GPU
 // sweep times (profiling/verify_variants.cuh) runs here first, on the SIMT executor, in place of the
-// library's verify kernel in rounds of every mode over caller storage (SPEC §3, §10): the index build,
+// library's verify kernel in rounds of every mode over caller storage (SPEC §3, §10; each mode once, fp32
+// and bf16 each at least once, member_runs): the index build,
 // accept, commit and materialize are the library's, the verify the member's, on the very parameters a
 // round's verify gets (graph/ops_params.h), launched as the library launches it (programmatic dependent
 // launch, [TAG_PDL]). Every tile computes the same bits (kernels/verify_update.cuh,
 // [TAG_VERIFY_TILE]), so a member with the library's formula matches the library bitwise: every
-// output of every round, every byte of the storage after it, every pool after the last materialize.
-// The formula before issue 31 (OutputFormula::post_state) matches within the kernels' tolerance. The
+// output of every round, every byte of the storage after it, every pool after the last materialize. The
 // probes: no_state_stores gives the library's outputs and leaves the post-state rows alone;
 // prologue_only writes neither (with the conv fused in, both leave the conv state as the library). And
 // the library's own choice of tile, which depends on the batch (verify_tiling), gives the same bits
 // whichever tile it takes.
 //
 // Lanes as OS threads (ThreadSanitizer): the library's two tiles, one other member and one persistent
-// member (K = 64, its prefetch without a barrier), one mode.
+// member (K = 64, its prefetch without a barrier), fused accept in both dtypes.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -30,6 +30,7 @@
 #include "profiling/verify_variants.cuh"
 #include "tests/common/caller_storage.h"
 #include "tests/common/conv_rounds.h"
+#include "tests/common/engines.h"
 #include "tests/common/reference.h"
 #include "tests/common/verify_case.h"
 #include "tests/simt/executor.h"
@@ -105,18 +106,6 @@ LayerVerify library_on(int multiprocessors, unsigned threads) {
   };
 }
 
-// How B's results must relate to A's.
-enum class Expect { bitwise, within_tolerance };
-
-double rel_error_bytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DType t) {
-  std::vector<double> a(got.size() / dtype_size(t)), b(a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    a[i] = math::load_as_f32(got.data(), t, int64_t(i));
-    b[i] = math::load_as_f32(want.data(), t, int64_t(i));
-  }
-  return rel_error(a, b);
-}
-
 // Two caller storages A and B given the same start, and the fused conv's inputs they share: every slot's
 // random recurrent states and, with the conv (conv.width > 0), every layer's random conv window, written
 // into both; per layer random conv weights and an x buffer that randomize_x refills each round.
@@ -161,18 +150,17 @@ struct TwinStart {
 
 // `rounds` rounds of random batches (padded to max_rows, random accept lengths) in c.mode, with the conv
 // fused in when conv.width > 0, on two caller storages: A verifies with `a`, B with `b`, every other
-// operation is the library's on both, and the inputs are the same. Expects, as `expect` says: every
-// round's outputs, every byte of the recurrent storage after every round, and every pool row after the
-// final materialize.
+// operation is the library's on both, and the inputs are the same. Expects, bitwise: every round's
+// outputs, every byte of the recurrent storage after every round, and every pool row after the final
+// materialize.
 void expect_rounds_agree(const VerifierConfig& c, const ConvShape& conv, uint64_t seed, int rounds,
-                         const LayerVerify& a, const LayerVerify& b, Expect expect) {
+                         const LayerVerify& a, const LayerVerify& b) {
   SCOPED_TRACE(std::string("mode ") + to_string(c.mode) + (conv.width > 0 ? " conv" : "") + " seed " +
                std::to_string(seed));
   std::mt19937_64 rng(seed);
   CallerStorage sa(c, CallerLayout::compact, conv), sb(c, CallerLayout::compact, conv);
   BackendInputs in(c);
   const int32_t P = c.pool.slots, L = c.model.layers, N = c.max_rows, T = c.tokens;
-  const double tol = c.io_dtype == DType::f32 && c.pool.state_dtype == DType::f32 ? 1e-5 : 1e-2;
   TwinStart start(c, conv, sa, sb, rng);
   auto storage_bytes = [](const CallerStorage& s) {
     return std::vector<std::vector<uint8_t>>{s.pool.bytes(), s.scratch.bytes(), s.token_cache.bytes(),
@@ -181,13 +169,8 @@ void expect_rounds_agree(const VerifierConfig& c, const ConvShape& conv, uint64_
   const char* storage_names[] = {"pool", "scratch", "token cache", "conv state", "accept_len"};
   for (int r = 0; r < rounds; ++r) {
     SCOPED_TRACE("round " + std::to_string(r));
-    std::vector<int32_t> slots;
-    for (int32_t s = 0; s < P; ++s) slots.push_back(s);
-    std::shuffle(slots.begin(), slots.end(), rng);
-    const int32_t n = std::uniform_int_distribution<int32_t>(1, N)(rng);
-    slots.resize(size_t(n));
-    std::vector<int32_t> accepted(size_t(N), 0);
-    for (int32_t i = 0; i < n; ++i) accepted[size_t(i)] = std::uniform_int_distribution<int32_t>(1, T)(rng);
+    const auto [slots, accepted] = random_batch(rng, P, N, T);
+    const int32_t n = int32_t(slots.size());
     std::vector<int32_t> packed(size_t(N) + 1, -1);  // n_real, then the slots, padded with -1
     packed[0] = n;
     std::copy(slots.begin(), slots.end(), packed.begin() + 1);
@@ -209,14 +192,10 @@ void expect_rounds_agree(const VerifierConfig& c, const ConvShape& conv, uint64_
     for (int32_t l = 0; l < L; ++l) {
       const auto oa = in.o[0][size_t(l)].download<uint8_t>(), ob = in.o[1][size_t(l)].download<uint8_t>();
       ASSERT_NE(oa, std::vector<uint8_t>(oa.size(), 0xff)) << "layer " << l << " wrote no output";
-      if (expect == Expect::bitwise) {
-        ASSERT_EQ(first_difference(ob, oa), -1) << "outputs of layer " << l << " at this byte";
-      } else {
-        EXPECT_LE(rel_error_bytes(ob, oa, c.io_dtype), tol) << "outputs of layer " << l;
-      }
+      ASSERT_EQ(first_difference(ob, oa), -1) << "outputs of layer " << l << " at this byte";
     }
     const auto ba = storage_bytes(sa), bb = storage_bytes(sb);
-    for (size_t i = 0; expect == Expect::bitwise && i < ba.size(); ++i)
+    for (size_t i = 0; i < ba.size(); ++i)
       ASSERT_EQ(first_difference(bb[i], ba[i]), -1) << storage_names[i] << " at this byte";
   }
   std::vector<int32_t> all;
@@ -227,27 +206,17 @@ void expect_rounds_agree(const VerifierConfig& c, const ConvShape& conv, uint64_
     ops::materialize(kCpu, st->spec, st->storage, st->materialize_list.as<int32_t>(), P, gates.data());
   }
   const std::vector<uint8_t> pa = sa.pool.bytes(), pb = sb.pool.bytes();
-  if (expect == Expect::bitwise) {
-    EXPECT_EQ(first_difference(pb, pa), -1) << "materialized pools at this byte";
-  } else {
-    EXPECT_LE(rel_error_bytes(pb, pa, c.pool.state_dtype), tol) << "materialized pools";
-  }
+  EXPECT_EQ(first_difference(pb, pa), -1) << "materialized pools at this byte";
 }
 
 // L = 1, H = 1, HV = 2 (G = 2), K = V, 3 rows of 5 slots, T = 5: a member's every tile of both heads, a
 // padded row most rounds.
 VerifierConfig member_config(int K, Mode mode, DType dtype, int32_t tokens = 5) {
-  VerifierConfig c;
-  c.backend = Backend::cpu;
+  VerifierConfig c = small_verifier(Backend::cpu, mode, /*layers=*/1, tokens);
   c.model = ModelShape{1, 1, 2, K, K};
   c.pool = PoolShape{5, tokens + 1, dtype};
   c.max_rows = 3;
-  c.tokens = tokens;
   c.io_dtype = dtype;
-  c.mode = mode;
-  c.options.l2norm_qk = true;
-  c.options.gate = GateMode::softplus;
-  c.options.beta_is_logit = true;
   return c;
 }
 
@@ -327,6 +296,16 @@ void expect_probe_writes() {
   }
 }
 
+// The modes and dtypes a member runs its rounds in: each mode once and each dtype (a member's instantiations
+// are fp32 and bf16, io and state alike) in at least one mode; with OS-thread lanes, fused accept in both.
+std::vector<std::pair<Mode, DType>> member_runs() {
+  if (threads_lanes()) {
+    note_subset(2, 3);
+    return {{Mode::fused_accept, DType::f32}, {Mode::fused_accept, DType::bf16}};
+  }
+  return {{Mode::fused_accept, DType::f32}, {Mode::two_phase, DType::bf16}, {Mode::replay, DType::bf16}};
+}
+
 template <class V>
 class ChainMember : public ::testing::Test {};
 using ChainMembers = decltype(std::tuple_cat(ChainVariants128{}, ChainVariants64{}));
@@ -340,20 +319,15 @@ TYPED_TEST(ChainMember, RunsRoundsOfEveryModeAsTheLibraryDoes) {
     GTEST_SKIP() << "OS-thread lanes: this member runs in the fiber builds";
   const LayerVerify member = member_verify<V, false>();
   if constexpr (V::kProbe == VerifyProbe::none) {
-    const Expect expect = V::kFormula == OutputFormula::decayed_state ? Expect::bitwise : Expect::within_tolerance;
-    const std::vector<Mode> modes = subset ? std::vector<Mode>{Mode::fused_accept}
-                                           : std::vector<Mode>{Mode::fused_accept, Mode::two_phase, Mode::replay};
-    note_subset(int(modes.size()), 3);
-    for (Mode mode : modes)
-      for (DType dtype : {DType::f32, DType::bf16}) {
-        SCOPED_TRACE(to_string(dtype));
-        expect_rounds_agree(member_config(K, mode, dtype), ConvShape{}, fresh_seed(), 3, library_verify(), member, expect);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
+    for (const auto& [mode, dtype] : member_runs()) {
+      SCOPED_TRACE(to_string(dtype));
+      expect_rounds_agree(member_config(K, mode, dtype), ConvShape{}, fresh_seed(), 3, library_verify(), member);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
     // T = 9: two staging chunks, in the mode that replays a prefix first (up to 9 more tokens).
-    if (!subset && expect == Expect::bitwise)
+    if (!subset)
       expect_rounds_agree(member_config(K, Mode::replay, DType::f32, 9), ConvShape{}, fresh_seed(), 3, library_verify(),
-                          member, expect);
+                          member);
   } else {
     expect_probe_writes<V, false>();
   }
@@ -374,18 +348,13 @@ TYPED_TEST(ConvMember, RunsRoundsOfEveryModeAsTheLibraryDoes) {
     expect_probe_writes<V, true>();
     return;
   }
-  const Expect expect = V::kFormula == OutputFormula::decayed_state ? Expect::bitwise : Expect::within_tolerance;
-  const std::vector<Mode> modes = subset ? std::vector<Mode>{Mode::fused_accept}
-                                         : std::vector<Mode>{Mode::fused_accept, Mode::two_phase, Mode::replay};
-  note_subset(int(modes.size()), 3);
-  for (Mode mode : modes)
-    for (DType dtype : {DType::f32, DType::bf16}) {
-      SCOPED_TRACE(to_string(dtype));
-      const VerifierConfig c = member_config(128, mode, dtype);
-      expect_rounds_agree(c, ConvShape{conv_channels(c.model), 4, ConvActivation::silu}, fresh_seed(), 3,
-                          library_verify(), member_verify<V, true>(), expect);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
+  for (const auto& [mode, dtype] : member_runs()) {
+    SCOPED_TRACE(to_string(dtype));
+    const VerifierConfig c = member_config(128, mode, dtype);
+    expect_rounds_agree(c, ConvShape{conv_channels(c.model), 4, ConvActivation::silu}, fresh_seed(), 3,
+                        library_verify(), member_verify<V, true>());
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 // The library picks its tile by the batch (verify_tiling): wide on a stand-in device of one
@@ -397,7 +366,7 @@ void expect_library_tiles_agree(Mode mode) {
   static_assert(Tiles::narrow::kThreads != Tiles::wide::kThreads, "the launches tell the tiles apart by their blocks");
   SCOPED_TRACE("K=" + std::to_string(K));
   expect_rounds_agree(member_config(K, mode, DType::bf16), ConvShape{}, fresh_seed(), 3,
-                      library_on(1 << 20, Tiles::narrow::kThreads), library_on(1, Tiles::wide::kThreads), Expect::bitwise);
+                      library_on(1 << 20, Tiles::narrow::kThreads), library_on(1, Tiles::wide::kThreads));
 }
 
 TEST(VerifyTiling, TheLibrarysTilesAgreeBitwise) {
@@ -410,36 +379,6 @@ TEST(VerifyTiling, TheLibrarysTilesAgreeBitwise) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   note_subset(threads_lanes() ? 1 : 6, 6);
-}
-
-// A lane group writes its rows' outputs as one vector where the output buffer is 16-byte aligned, one by
-// one where it is not (a caller's view into a larger tensor): the same bytes either way.
-TEST(VerifyOutputs, AnyAlignmentGivesTheSameBytes) {
-  for (DType io : {DType::f32, DType::bf16}) {
-    CaseShape s;
-    s.rows = 3;
-    s.tokens = 3;
-    s.heads = 1;
-    s.value_heads = 2;
-    s.head_k = s.head_v = 128;
-    s.io = io;
-    s.options.l2norm_qk = true;
-    s.options.gate = GateMode::softplus;
-    SCOPED_TRACE(to_string(io));
-    VerifyCase c(s, fresh_seed(), {0, 2, -1}, {0, 0, 0, 0});  // pool seeds: two runs start alike
-    const size_t bytes = c.o.bytes.size(), es = dtype_size(io);
-    std::vector<uint8_t> aligned(bytes + 16, 0xff), shifted(bytes + 16, 0xff);
-    ASSERT_EQ(reinterpret_cast<uintptr_t>(aligned.data()) % 16, 0u);
-    VerifyParams p = c.params();
-    p.o = aligned.data();
-    ASSERT_EQ(launch_verify(p, nullptr), cudaSuccess) << simt::last_error();
-    p.o = shifted.data() + es;  // aligned to the element, not to 16 bytes
-    ASSERT_EQ(launch_verify(p, nullptr), cudaSuccess) << simt::last_error();
-    const std::vector<uint8_t> a(aligned.begin(), aligned.begin() + ptrdiff_t(bytes));
-    const std::vector<uint8_t> b(shifted.begin() + ptrdiff_t(es), shifted.begin() + ptrdiff_t(es + bytes));
-    EXPECT_EQ(first_difference(b, a), -1) << "outputs at this byte";
-    EXPECT_NE(a, std::vector<uint8_t>(bytes, 0xff)) << "no output written";
-  }
 }
 
 }  // namespace
