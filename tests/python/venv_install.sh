@@ -11,7 +11,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 git clone -q --no-local "$repo" "$work/src"
-python3 -m venv "$work/venv"
+# KDAGRAPH_VENV_SYSTEM_PACKAGES=1 (.ci/run) lets the environment see the machine's packages, where CI
+# installed the test extra's torch once, rather than unpacking it into every fresh environment.
+venv_options=()
+[ "${KDAGRAPH_VENV_SYSTEM_PACKAGES:-}" = 1 ] && venv_options=(--system-site-packages)
+python3 -m venv "${venv_options[@]}" "$work/venv"
 "$work/venv/bin/python" -m pip install -q --upgrade pip
 echo "-- pip install . (a clean clone of $(git -C "$repo" rev-parse --short HEAD))"
 start=$SECONDS
