@@ -36,6 +36,9 @@ struct Runner {
   Matrix matrix;
   Stream stream;  // where the operations run; its backend holds a case's buffers
   const char* name;
+  // The executor under AddressSanitizer, for memory errors: whole-round cases run half their executor
+  // rounds (by_matrix), enough for every kernel of a round in every mode.
+  bool sanitized = false;
 
   Backend memory() const { return stream.backend; }
   bool on_executor() const { return kind == RunnerKind::simt; }
@@ -51,8 +54,9 @@ uint64_t runner_launches();
 // [TAG_PDL]); 0 elsewhere.
 uint64_t runner_held_launches();
 
-// A size (rounds, cases) by the runner's matrix.
+// A size (rounds, cases) by the runner's matrix (the executor's halved, at least 1, under AddressSanitizer).
 inline int by_matrix(int full, int executor, int thread_lanes) {
+  if (runner().matrix == Matrix::executor && runner().sanitized && executor > 1) return executor / 2;
   return runner().matrix == Matrix::full ? full : runner().matrix == Matrix::executor ? executor : thread_lanes;
 }
 

@@ -1,15 +1,28 @@
 // [TAG_RUNNERS] The SIMT runner: the cases of tests/common/runner.h on the CUDA kernels' own source, on
 // the executor (in this build the CPU backend runs the kernels: graph/dispatch.h). Sweeps run their
-// executor subset, and a smaller one where lanes are OS threads (ThreadSanitizer).
+// executor subset (whole rounds halved under AddressSanitizer), and a smaller one where lanes are OS
+// threads (ThreadSanitizer).
 #include "tests/common/runner.h"
 #include "tests/simt/executor.h"
 
 namespace kdagraph::test {
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 const Runner& runner() {
   static const Runner r{RunnerKind::simt,
                         simt::options().lanes == simt::Lanes::threads ? Matrix::thread_lanes : Matrix::executor,
-                        Stream{Backend::cpu, nullptr}, "simt"};
+                        Stream{Backend::cpu, nullptr}, "simt", kAddressSanitizer};
   return r;
 }
 
