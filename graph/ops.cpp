@@ -31,7 +31,7 @@ StateView state_view_table(void* const* layer_table, DType dtype, int32_t layers
 int64_t round_index_elems(int32_t rows, int32_t tokens) {
   require_in_range("round_index_elems", "rows", rows, 0, INT32_MAX);
   require_in_range("round_index_elems", "tokens", tokens, 1, 1024);
-  return int64_t(rows) * (8 + 2 * int64_t(tokens));
+  return int64_t(rows) * (9 + 2 * int64_t(tokens));
 }
 
 RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens) {
@@ -45,18 +45,24 @@ RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens) {
   idx.seed_scratch = storage + 2 * n;
   idx.seed_accept = storage + 3 * n;
   idx.row_accept = storage + 4 * n;
-  idx.replay_from = storage + 5 * n;
-  idx.cache_to = storage + 6 * n;
-  idx.row_parity = storage + 7 * n;
-  idx.write_row = storage + 8 * n;
-  idx.parent = storage + (8 + int64_t(tokens)) * n;
+  idx.ring_pending = storage + 5 * n;
+  idx.ring_start = storage + 6 * n;
+  idx.ring_flush = storage + 7 * n;
+  idx.row_parity = storage + 8 * n;
+  idx.write_row = storage + 9 * n;
+  idx.parent = storage + (9 + int64_t(tokens)) * n;
   return idx;
 }
 
-int64_t token_cache_row_elems(const RoundSpec& spec) {
+namespace {
+RingLayout ring_layout(const RoundSpec& spec) {
   const ModelShape& m = spec.model;
-  return TokenCacheLayout{spec.tokens, m.heads, m.value_heads, m.head_k, m.head_v}.row_elems();
+  return RingLayout{spec.ring.records, m.heads, m.value_heads, m.head_k, m.head_v};
 }
+}  // namespace
+
+int64_t ring_kg_row_elems(const RoundSpec& spec) { return ring_layout(spec).kg_row_elems(); }
+int64_t ring_u_row_elems(const RoundSpec& spec) { return ring_layout(spec).u_row_elems(); }
 
 int64_t conv_state_row_elems(const RoundSpec& spec, int32_t scratch_steps) {
   const ConvShape& c = spec.conv;
@@ -66,12 +72,12 @@ int64_t conv_state_row_elems(const RoundSpec& spec, int32_t scratch_steps) {
 
 bool needs_accept_path(const RoundSpec& spec) {
   const ModePolicy policy = mode_policy(spec.mode);
-  return spec.trees && (policy.token_cache || (spec.conv.width > 0 && policy.conv_offset_window));
+  return spec.trees && spec.conv.width > 0 && policy.conv_offset_window;
 }
 
 bool needs_round_parity(const RoundSpec& spec) {
   const ModePolicy policy = mode_policy(spec.mode);
-  return policy.token_cache || (spec.conv.width > 0 && policy.conv_offset_window);
+  return spec.conv.width > 0 && policy.conv_offset_window;
 }
 
 int64_t conv_scratch_row_elems(const RoundSpec& spec) {
@@ -290,6 +296,31 @@ void enqueue_accept(const Stream& s, const RoundSpec& spec, const SlotStorage& s
     p.round_parity = storage.round_parity;
   }
   if (needs_accept_path(spec)) p.slot_path = storage.accept_path;
+  if (mode_policy(spec.mode).ring) {
+    p.row_pending = idx.ring_pending;
+    p.row_start = idx.ring_start;
+    p.row_flush = idx.ring_flush;
+    p.ring_pending = storage.ring_pending;
+    p.ring_start = storage.ring_start;
+    p.ring_records = spec.ring.records;
+    if (accept_index != nullptr) {  // the accepted path's records into place, before the cursor moves
+      CompactRingParams c;
+      c.io_dtype = spec.io_dtype;
+      RingCompactParams& r = c.ring;
+      r.rows = rows;
+      r.tokens = spec.tokens;
+      r.layers = spec.model.layers;
+      r.row_slot = idx.row_slot;
+      r.accept_index = accept_index;
+      r.parent = idx.parent;
+      r.row_pending = idx.ring_pending;
+      r.row_start = idx.ring_start;
+      r.ring = ring_layout(spec);
+      r.ring_kg = storage.ring_kg;
+      r.ring_u = storage.ring_u;
+      detail::enqueue<CompactRingOp>(s, c, spec.pdl);
+    }
+  }
   p.errors = storage.errors;
   detail::enqueue<AcceptOp>(s, p, spec.pdl);
 }
@@ -334,7 +365,7 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
   if (count == 0) return;
   detail::require_buffer(where, "slots", slots, alignof(int32_t));
   const bool gate_in_kernel = spec.options.gate != GateMode::precomputed;
-  const bool replay = mode_policy(spec.mode).token_cache;
+  const bool replay = mode_policy(spec.mode).ring;
   if (replay && gate_in_kernel) {
     require(gates != nullptr, where, "gates", "is null: a replay with the gate in the kernel needs each layer's A_log and dt_bias");
     for (int32_t l = 0; l < spec.model.layers; ++l) {
@@ -348,17 +379,16 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
   nvtx::Scoped range(nvtx::Range::materialize, count);
   const StateCopyParams p = detail::copy_params(spec, storage, count, slots, nullptr);
   if (replay) {
-    // The pending prefix is applied by the verify kernel itself, with no new tokens: the same code and
-    // order as the next verify would replay it with. Its gate parameters must be those it was verified
-    // with; nothing here remembers them (the Verifier checks, Verifier::check_gates).
+    // The pending records are folded by the verify kernel itself, with no new tokens: the same code and
+    // order as the next verify would fold them with. Their gate parameters must be those they were
+    // verified with; nothing here remembers them (the Verifier checks, Verifier::check_gates).
     for (int32_t l = 0; l < spec.model.layers; ++l) {
       VerifyParams v = detail::layer_params(spec, storage, count, l);
       v.tokens = 0;
       v.slot_list = slots;
       v.slots = storage.slots;
-      v.accept_len = storage.accept_len;
-      v.round_parity = storage.round_parity;
-      if (needs_accept_path(spec)) v.slot_path = storage.accept_path;
+      v.slot_pending = storage.ring_pending;
+      v.slot_start = storage.ring_start;
       if (gate_in_kernel) {
         v.A_log = gates[l].A_log;
         v.dt_bias = gates[l].dt_bias;

@@ -35,11 +35,13 @@ VerifyParams layer_params(const RoundSpec& spec, const SlotStorage& st, int32_t 
   p.pool = st.pool;
   p.writes_scratch = policy.per_token_scratch;
   if (policy.per_token_scratch) p.scratch = st.scratch;
-  if (policy.token_cache) {
-    p.token_cache = st.token_cache;
-    p.cache_tokens = spec.tokens;
+  if (policy.ring) {
+    p.ring_kg = st.ring_kg;
+    p.ring_u = st.ring_u;
+    p.ring_records = spec.ring.records;
   }
   p.errors = st.errors;
+  p.bytes_moved = reinterpret_cast<unsigned long long*>(st.bytes_moved);
   return p;
 }
 
@@ -56,7 +58,12 @@ StateCopyParams copy_params(const RoundSpec& spec, const SlotStorage& st, int32_
   p.pool = st.pool;
   p.scratch = st.scratch;
   if (needs_round_parity(spec)) p.round_parity = st.round_parity;
+  if (mode_policy(spec.mode).ring) {
+    p.ring_pending = st.ring_pending;
+    p.ring_start = st.ring_start;
+  }
   p.errors = st.errors;
+  p.bytes_moved = reinterpret_cast<unsigned long long*>(st.bytes_moved);
   return p;
 }
 
@@ -86,7 +93,7 @@ ConvWindowParams window_params(const RoundSpec& spec, const SlotStorage& st, int
   p.slots = st.slots;
   p.scratch_steps = st.scratch_steps;
   // The recurrent state's clamp (indices.h), so a corrupt length moves both states alike.
-  p.max_accept = mode_policy(spec.mode).token_cache ? spec.tokens : st.scratch_steps;
+  p.max_accept = mode_policy(spec.mode).ring ? spec.tokens : st.scratch_steps;
   if (needs_accept_path(spec) && !from_scratch) {
     p.slot_path = st.accept_path;
     p.path_tokens = spec.tokens;
@@ -114,6 +121,11 @@ IndexBuildParams index_params(const RoundSpec& spec, const SlotStorage& storage,
   p.rows = batch.rows;
   p.policy = mode_policy(spec.mode);
   if (needs_round_parity(spec)) p.round_parity = storage.round_parity;
+  if (mode_policy(spec.mode).ring) {
+    p.ring_pending = storage.ring_pending;
+    p.ring_start = storage.ring_start;
+    p.ring = spec.ring;
+  }
   if (spec.trees) p.parent = batch.parent;
   p.errors = storage.errors;
   return p;
@@ -126,11 +138,10 @@ VerifyParams round_verify_params(const RoundSpec& spec, const SlotStorage& stora
   p.seed_scratch = idx.seed_scratch;
   p.write_row = idx.write_row;
   if (spec.trees) p.parent = idx.parent;
-  if (mode_policy(spec.mode).token_cache) {
-    p.replay_count = idx.seed_accept;
-    p.replay_from = idx.replay_from;
-    p.cache_to = idx.cache_to;
-    if (needs_accept_path(spec)) p.slot_path = storage.accept_path;
+  if (mode_policy(spec.mode).ring) {
+    p.ring_pending = idx.ring_pending;
+    p.ring_start = idx.ring_start;
+    p.ring_flush = idx.ring_flush;
   }
   if (batch != nullptr) p.pre_round = index_params(spec, storage, *batch);
   return p;

@@ -61,6 +61,19 @@ void validate_conv_shape(const char* where, const ConvShape& conv, const ModelSh
   });
 }
 
+void validate_ring(const char* where, const char* name, const ReplayRing& ring, int32_t tokens) {
+  const std::string records = std::string(name) + ".records", flush_min = std::string(name) + ".flush_min";
+  require(ring.records >= 2 * int64_t(tokens) && ring.records <= (1 << 16), where, records.c_str(), [&] {
+    return "= " + std::to_string(ring.records) + " with tokens = " + std::to_string(tokens) +
+           ": the ring holds a round's records beside up to R - T pending ones, so R must be in [2 T, 65536] = [" +
+           std::to_string(2 * tokens) + ", 65536]";
+  });
+  require(ring.flush_min >= 0 && ring.flush_min <= ring.records - tokens, where, flush_min.c_str(), [&] {
+    return "= " + std::to_string(ring.flush_min) + " is outside [0, R - T] = [0, " +
+           std::to_string(ring.records - tokens) + "]: more pending records than R - T never fit a round";
+  });
+}
+
 void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   constexpr int64_t kMaxDim = 1 << 16;
   const ModelShape& m = spec.model;
@@ -76,6 +89,7 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   require(is_dtype(spec.io_dtype), where, "io_dtype", "is not f32 or bf16");
   require(is_mode(spec.mode), where, "mode", [&] { return "= " + std::to_string(int(spec.mode)) + " is not a Mode"; });
   validate_conv_shape(where, spec.conv, m);
+  if (mode_policy(spec.mode).ring) validate_ring(where, "ring", spec.ring, spec.tokens);
   if (spec.options.gate == GateMode::lower_bound)
     require(spec.options.gate_lower_bound < 0.0f, where, "options.gate_lower_bound",
             [&] { return "= " + std::to_string(spec.options.gate_lower_bound) + " must be negative"; });
@@ -196,12 +210,16 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
   const int64_t state_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
   validate_view(where, "storage.pool", st.pool, spec, st.slots, state_elems, backend);
   const ModePolicy policy = mode_policy(spec.mode);
-  if (policy.token_cache) {
-    validate_view(where, "storage.token_cache", st.token_cache, spec, 2 * int64_t(st.slots),
-                  token_cache_row_elems(spec), backend);
-    require(st.token_cache.dtype == spec.io_dtype, where, "storage.token_cache.dtype", [&] {
-      return std::string("= ") + to_string(st.token_cache.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype);
+  if (policy.ring) {
+    validate_view(where, "storage.ring_kg", st.ring_kg, spec, st.slots, ring_kg_row_elems(spec), backend);
+    require(st.ring_kg.dtype == spec.io_dtype, where, "storage.ring_kg.dtype", [&] {
+      return std::string("= ") + to_string(st.ring_kg.dtype) + " differs from io_dtype = " + to_string(spec.io_dtype);
     });
+    validate_view(where, "storage.ring_u", st.ring_u, spec, st.slots, ring_u_row_elems(spec), backend);
+    require(st.ring_u.dtype == DType::f32, where, "storage.ring_u.dtype",
+            [&] { return std::string("= ") + to_string(st.ring_u.dtype) + ": a record's u is f32 (SPEC §3)"; });
+    require_buffer(where, "storage.ring_pending", st.ring_pending, alignof(int32_t));
+    require_buffer(where, "storage.ring_start", st.ring_start, alignof(int32_t));
   }
   if (needs_round_parity(spec)) require_buffer(where, "storage.round_parity", st.round_parity, alignof(int32_t));
   if (needs_accept_path(spec)) require_buffer(where, "storage.accept_path", st.accept_path, alignof(int32_t));
@@ -225,8 +243,13 @@ void validate_indices(const char* where, const RoundSpec& spec, const RoundIndic
   const std::pair<const char*, const int32_t*> arrays[] = {
       {"idx.row_slot", idx.row_slot},       {"idx.seed_pool", idx.seed_pool}, {"idx.seed_scratch", idx.seed_scratch},
       {"idx.seed_accept", idx.seed_accept}, {"idx.write_row", idx.write_row}, {"idx.row_accept", idx.row_accept},
-      {"idx.replay_from", idx.replay_from}, {"idx.cache_to", idx.cache_to},   {"idx.row_parity", idx.row_parity}};
+      {"idx.row_parity", idx.row_parity}};
   for (const auto& [name, array] : arrays) require_buffer(where, name, array, alignof(int32_t));
+  if (mode_policy(spec.mode).ring) {
+    require_buffer(where, "idx.ring_pending", idx.ring_pending, alignof(int32_t));
+    require_buffer(where, "idx.ring_start", idx.ring_start, alignof(int32_t));
+    require_buffer(where, "idx.ring_flush", idx.ring_flush, alignof(int32_t));
+  }
   if (spec.trees) require_buffer(where, "idx.parent", idx.parent, alignof(int32_t));
 }
 

@@ -12,6 +12,9 @@
 namespace kdagraph::detail {
 
 // The round's shape, options and mode, and what `backend` supports of them.
+// Replay's ring (SPEC §3): 2 T <= R <= 65536 and 0 <= flush_min <= R - T, named `name`.records and
+// `name`.flush_min.
+void validate_ring(const char* where, const char* name, const ReplayRing& ring, int32_t tokens);
 void validate_spec(const char* where, const RoundSpec& spec, Backend backend);
 // The storage views against the spec: dtypes, layers, rows, strides, alignment, and on the CPU backend
 // the entries of a layer table. `spec` is valid.

@@ -20,6 +20,13 @@ namespace kdagraph {
 
 using detail::Buffer;
 
+ReplayRing resolved_ring(const ReplayRing& ring, int32_t tokens) {
+  ReplayRing r = ring;
+  if (r.records == 0) r.records = 3 * tokens;
+  if (r.flush_min == -1) r.flush_min = std::min(tokens + 1, r.records - tokens);
+  return r;
+}
+
 RoundSpec round_spec(const VerifierConfig& c) {
   RoundSpec spec;
   spec.model = c.model;
@@ -27,6 +34,7 @@ RoundSpec round_spec(const VerifierConfig& c) {
   spec.io_dtype = c.io_dtype;
   spec.options = c.options;
   spec.mode = c.mode;
+  spec.ring = resolved_ring(c.ring, c.tokens);
   spec.conv = c.conv;
   spec.pdl = c.pdl;
   spec.trees = c.trees;
@@ -40,9 +48,11 @@ struct Verifier::Impl {
   RoundSpec spec;
   StateGeometry geo;
   detail::MappedHostBuffer errors;
+  detail::MappedHostBuffer traffic;  // with count_bytes: SlotStorage::bytes_moved
   Buffer pool, scratch, accept_len;
-  Buffer token_cache;                // replay mode
-  Buffer round_parity;               // where needs_round_parity(spec): replay, or a conv's halves
+  Buffer ring_kg, ring_u;            // replay mode: the records' k and g, and their u
+  Buffer ring_cursor;                // replay mode: ring_pending [P], then ring_start [P]
+  Buffer round_parity;               // where needs_round_parity(spec): a conv's halves
   Buffer conv_state, conv_scratch;   // with a conv; the scratch in two-phase only
   int64_t conv_state_stride = 0;     // elements per conv state row
   std::vector<GateParams> gates;     // each layer's, as its last verify named them (replay materialize)
@@ -82,6 +92,7 @@ struct Verifier::Impl {
         spec(round_spec(c)),
         geo(make_geometry(c.model, c.pool)),
         errors(c.backend, sizeof(DeviceErrorWord)),
+        traffic(c.backend, sizeof(uint64_t)),
         uploader(c.backend, std::max<size_t>(1 + size_t(std::max(c.max_rows, c.pool.slots)),
                                              c.trees ? size_t(c.max_rows) * size_t(c.tokens) : 0) *
                                 sizeof(int32_t)) {
@@ -95,19 +106,14 @@ struct Verifier::Impl {
     pool.fill(0);
     scratch.fill(0);
     accept_len.fill(0);
-    const int64_t cache_stride = aligned_row_elems(token_cache_row_elems(spec), c.io_dtype);
-    const int64_t cache_rows = 2 * int64_t(c.pool.slots);
-    if (policy.token_cache) {
-      token_cache = Buffer(b, size_t(c.model.layers * cache_rows * cache_stride) * dtype_size(c.io_dtype));
-      token_cache.fill(0);
-    }
+    if (policy.ring) allocate_ring();
     if (needs_round_parity(spec)) {
       round_parity = Buffer(b, size_t(c.pool.slots) * sizeof(int32_t));
       round_parity.fill(0);
     }
     if (c.conv.width > 0) allocate_conv();
     gates.resize(size_t(c.model.layers));
-    replays_gates = policy.token_cache && c.options.gate != GateMode::precomputed;
+    replays_gates = policy.ring && c.options.gate != GateMode::precomputed;
     may_pend.assign(size_t(c.pool.slots), 0);
     in_use.assign(size_t(c.model.layers), 0);
 
@@ -141,12 +147,29 @@ struct Verifier::Impl {
     storage.pool = pool_view(geo, pool.data(), st);
     if (scratch.data() != nullptr) storage.scratch = scratch_view(geo, scratch.data(), st);
     storage.accept_len = accept_len.as<int32_t>();
-    if (policy.token_cache)
-      storage.token_cache = state_view(token_cache.data(), c.io_dtype, c.model.layers, cache_rows * cache_stride,
-                                       cache_rows, cache_stride);
     storage.round_parity = round_parity.as<int32_t>();
     storage.accept_path = accept_path.as<int32_t>();
     storage.errors = static_cast<DeviceErrorWord*>(errors.device());
+    if (c.count_bytes) storage.bytes_moved = static_cast<uint64_t*>(traffic.device());
+  }
+
+  // [TAG_RING_LAYOUT] ring_kg [L, P, R (H K + HV K)] in the io dtype and ring_u [L, P, R HV V] in fp32,
+  // rows rounded up to 16 bytes, zeroed; the cursor all 0 (an empty ring).
+  void allocate_ring() {
+    const Backend b = cfg.backend;
+    const int64_t L = cfg.model.layers, P = cfg.pool.slots;
+    const int64_t kg_stride = aligned_row_elems(ring_kg_row_elems(spec), cfg.io_dtype);
+    const int64_t u_stride = aligned_row_elems(ring_u_row_elems(spec), DType::f32);
+    ring_kg = Buffer(b, size_t(L * P * kg_stride) * dtype_size(cfg.io_dtype));
+    ring_u = Buffer(b, size_t(L * P * u_stride) * sizeof(float));
+    ring_cursor = Buffer(b, size_t(2 * P) * sizeof(int32_t));
+    ring_kg.fill(0);
+    ring_u.fill(0);
+    ring_cursor.fill(0);
+    storage.ring_kg = state_view(ring_kg.data(), cfg.io_dtype, cfg.model.layers, P * kg_stride, P, kg_stride);
+    storage.ring_u = state_view(ring_u.data(), DType::f32, cfg.model.layers, P * u_stride, P, u_stride);
+    storage.ring_pending = ring_cursor.as<int32_t>();
+    storage.ring_start = storage.ring_pending + P;
   }
 
   // [TAG_CONV_LAYOUT] conv state [L, P, 2 (W - 1 + S) columns: two halves] (two-phase: W - 1) and, in
@@ -267,6 +290,10 @@ struct Verifier::Impl {
     }
     detail::enqueue_fill(s, accept_len.as<int32_t>() + slot, 0, sizeof(int32_t));
     if (round_parity.data() != nullptr) detail::enqueue_fill(s, round_parity.as<int32_t>() + slot, 0, sizeof(int32_t));
+    if (ring_cursor.data() != nullptr) {
+      detail::enqueue_fill(s, storage.ring_pending + slot, 0, sizeof(int32_t));
+      detail::enqueue_fill(s, storage.ring_start + slot, 0, sizeof(int32_t));
+    }
   }
 };
 
@@ -285,7 +312,9 @@ size_t Verifier::row_stride_bytes() const {
 }
 size_t Verifier::pool_bytes() const { return impl_->pool.bytes(); }
 size_t Verifier::scratch_bytes() const { return impl_->scratch.bytes(); }
-size_t Verifier::token_cache_bytes() const { return impl_->token_cache.bytes(); }
+size_t Verifier::ring_bytes() const {
+  return impl_->ring_kg.bytes() + impl_->ring_u.bytes() + impl_->ring_cursor.bytes();
+}
 void* Verifier::conv_state() const { return impl_->conv_state.data(); }
 size_t Verifier::conv_state_bytes() const { return impl_->conv_state.bytes(); }
 size_t Verifier::conv_scratch_bytes() const { return impl_->conv_scratch.bytes(); }
@@ -512,7 +541,7 @@ void Verifier::enqueue_materialize(const Stream& s, const int32_t* slots, int32_
   m.require_not_capturing(where, s);
   // In replay mode the pending prefix is replayed with each layer's gate parameters, known once every
   // layer has been verified; before that no round has run, so nothing is pending.
-  if (mode_policy(m.cfg.mode).token_cache && !m.gates_known) return;
+  if (mode_policy(m.cfg.mode).ring && !m.gates_known) return;
   m.uploader.upload(s, m.materialize_slots, slots, sizeof(int32_t) * size_t(count));
   detail::cpu_round(s, [&] { ops::materialize(s, m.spec, m.storage, m.materialize_slots, count, m.gates.data()); });
   for (int32_t i = 0; i < count; ++i) m.settle(slots[i]);
@@ -527,5 +556,14 @@ DeviceErrorWord Verifier::device_errors() const {
 }
 
 void Verifier::clear_device_errors() { kdagraph::clear_device_errors(static_cast<DeviceErrorWord*>(impl_->errors.host())); }
+
+uint64_t Verifier::bytes_moved() const {
+  if (!impl_->cfg.count_bytes) return 0;
+  return __atomic_load_n(static_cast<const uint64_t*>(impl_->traffic.host()), __ATOMIC_ACQUIRE);
+}
+
+void Verifier::clear_bytes_moved() {
+  __atomic_store_n(static_cast<uint64_t*>(impl_->traffic.host()), 0, __ATOMIC_RELEASE);
+}
 
 }  // namespace kdagraph

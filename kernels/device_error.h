@@ -33,6 +33,25 @@ KDA_HD int32_t checked_accept(int32_t a, int32_t lo, int32_t hi, int32_t e, Devi
   return a < lo ? lo : hi;
 }
 
+// Adds `bytes` to a traffic counter (SlotStorage::bytes_moved) when there is one. Thread-safe on both
+// backends: a kernel adds its own reads and writes of states and ring records as it makes them.
+KDA_HD void count_bytes(unsigned long long* counter, int64_t bytes) {
+  if (counter == nullptr || bytes <= 0) return;
+#if defined(__CUDA_ARCH__)
+  atomicAdd(counter, static_cast<unsigned long long>(bytes));
+#else
+  __atomic_fetch_add(counter, static_cast<unsigned long long>(bytes), __ATOMIC_RELAXED);
+#endif
+}
+
+// A ring cursor of slot `slot` (SPEC §3: ring_pending, ring_start), which the device wrote: a value
+// outside [0, hi] is clamped into it, and recorded (with the slot) when `report`.
+KDA_HD int32_t checked_ring(int32_t x, int32_t hi, int32_t slot, DeviceErrorWord* errors, bool report) {
+  if (x >= 0 && x <= hi) return x;
+  if (report) record_device_error(errors, DeviceErrorCode::ring_out_of_range, slot, x);
+  return x < 0 ? 0 : hi;
+}
+
 // Entry e of a slot list (a batch, or a materialize list): the slot it names, or -1. -1 entries are
 // padding; entries outside [0, slots) and repeats of an earlier entry (the first keeps the slot) are
 // treated as padding too and recorded when `report`. A listed slot is then worked on once, whatever the

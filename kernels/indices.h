@@ -29,15 +29,19 @@ struct IndexBuildParams {
   int32_t tokens = 0;                   // T
   int32_t rows = 0;                     // N
   // What the mode's rows address (SPEC §3): seeds in scratch (fused accept), per-token write rows
-  // (fused accept, two-phase), or, in replay, seeds in the pool with the accepted prefix (at most T
-  // tokens) replayed from the token cache row of the slot's parity and the round's tokens to the other.
+  // (fused accept, two-phase), or, in replay, seeds in the pool (the checkpoint) with the slot's ring
+  // cursor gathered and the round's flush decided.
   ModePolicy policy = mode_policy(Mode::fused_accept);
+  // Replay: [P] each slot's pending records and their first record (SlotStorage), and the ring.
+  const int32_t* ring_pending = nullptr;
+  const int32_t* ring_start = nullptr;
+  ReplayRing ring;
   // [P] where the round keeps a parity (needs_round_parity), else null: gathered into row_parity.
   const int32_t* round_parity = nullptr;
   // [N, T] the batch's token tree (SPEC §12), or null: out.parent, where present, gets chains.
   const int32_t* parent = nullptr;
   DeviceErrorWord* errors = nullptr;
-  RoundIndices out;  // replay_from, cache_to and row_parity are written when present
+  RoundIndices out;  // the ring's arrays and row_parity are written when present
 };
 
 struct RowSeed {
@@ -46,7 +50,7 @@ struct RowSeed {
 };
 
 // Decides what row n is. With `checked` (the index build): bad slots (out of range, repeated) make the
-// row padding and an accept length outside [0, S] (replay: [0, T], the tokens a cache row holds) is
+// row padding and an accept length outside [0, S] (replay: [0, T], the tokens a round appends) is
 // clamped, both recorded. Without (a verify's prediction before its grid dependency wait, SPEC §5): no
 // repeated-slot scan and nothing recorded; the index arrays the build wrote correct it after the wait.
 KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n, bool checked) {
@@ -58,7 +62,7 @@ KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n, bool checked) {
                    : (p.slots[n] >= 0 && p.slots[n] < p.pool_slots ? p.slots[n] : -1);
   // Padded rows gather too, from slot 0: always in range, so the gather needs no branch.
   int32_t accept = p.accept_len[slot >= 0 ? slot : 0];
-  const int32_t max_accept = p.policy.token_cache ? p.tokens : p.scratch_steps;
+  const int32_t max_accept = p.policy.ring ? p.tokens : p.scratch_steps;
   if (slot >= 0) accept = checked_accept(accept, 0, max_accept, n, p.errors, checked);
   return RowSeed{slot, slot >= 0 ? accept : -1};
 }
@@ -69,10 +73,13 @@ struct RowIndices {
   int32_t slot = -1, accept = -1;
   int32_t seed_pool = -1, seed_scratch = -1;  // the seed: pool row or scratch row
   int32_t parity = -1;                        // the slot's round parity, where the round keeps one
-  int32_t replay_from = -1, cache_to = -1;    // replay's token cache rows
+  int32_t ring_pending = -1, ring_start = -1; // replay: the slot's ring cursor
+  int32_t ring_flush = -1;                    // replay: 1 when this round flushes
 };
 
-KDA_HD RowIndices row_indices(const IndexBuildParams& p, const RowSeed& r) {
+// With `checked` (the index build) a ring cursor outside its range (ring_pending beyond R - T, the most
+// a round can find without overrunning the ring; ring_start outside [0, R)) is clamped and recorded.
+KDA_HD RowIndices row_indices(const IndexBuildParams& p, const RowSeed& r, bool checked = false) {
   RowIndices i;
   if (r.slot < 0) return i;
   i.slot = r.slot;
@@ -80,11 +87,12 @@ KDA_HD RowIndices row_indices(const IndexBuildParams& p, const RowSeed& r) {
   const bool from_scratch = p.policy.seed_from_scratch && r.accept > 0;
   i.seed_pool = from_scratch ? -1 : r.slot;
   i.seed_scratch = from_scratch ? seed_scratch_row(r.slot, r.accept, p.scratch_steps) : -1;
-  if (p.round_parity == nullptr) return i;
-  i.parity = p.round_parity[r.slot] & 1;
-  if (!p.policy.token_cache) return i;
-  i.replay_from = r.accept > 0 ? cache_row(r.slot, i.parity) : -1;
-  i.cache_to = cache_row(r.slot, 1 - i.parity);
+  if (p.round_parity != nullptr) i.parity = p.round_parity[r.slot] & 1;
+  if (!p.policy.ring) return i;
+  const int32_t R = p.ring.records;
+  i.ring_pending = checked_ring(p.ring_pending[r.slot], R - p.tokens, r.slot, p.errors, checked);
+  i.ring_start = checked_ring(p.ring_start[r.slot], R - 1, r.slot, p.errors, checked);
+  i.ring_flush = ring_flushes(i.ring_pending, p.tokens, R, p.ring.flush_min) ? 1 : 0;
   return i;
 }
 
@@ -93,7 +101,7 @@ struct BuildIndices {
   IndexBuildParams p;
 
   KDA_HD void operator()(int32_t n) const {
-    const RowIndices i = row_indices(p, resolve_row(p, n, true));
+    const RowIndices i = row_indices(p, resolve_row(p, n, true), true);
     p.out.row_slot[n] = i.slot;
     p.out.seed_accept[n] = i.accept;
     p.out.seed_pool[n] = i.seed_pool;
@@ -107,8 +115,11 @@ struct BuildIndices {
         p.out.parent[int64_t(n) * p.tokens + t] = checked_parent(parent, t, n, p.errors, true);
     }
     if (p.out.row_parity != nullptr) p.out.row_parity[n] = i.parity;
-    if (p.out.replay_from != nullptr) p.out.replay_from[n] = i.replay_from;
-    if (p.out.cache_to != nullptr) p.out.cache_to[n] = i.cache_to;
+    if (p.out.ring_pending != nullptr) {
+      p.out.ring_pending[n] = i.ring_pending;
+      p.out.ring_start[n] = i.ring_start;
+      p.out.ring_flush[n] = i.ring_flush;
+    }
   }
 };
 

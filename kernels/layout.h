@@ -83,30 +83,31 @@ KDA_HD char* state_row(char* layer, const StateView& v, int64_t row) {
   return layer + row * v.row_stride * elem_bytes(v.dtype);
 }
 
-// [TAG_TOKEN_CACHE] Replay mode's token cache (SPEC §3): per layer, row slot * 2 + parity holds the
-// inputs the update needs of one round's T tokens of that slot, as given, in the io dtype, laid out as
-// one input row is: k [T, H, K], then v [T, HV, V], g [T, HV, K], beta [T, HV]. The verify kernel, the
-// CPU implementation and the README's description address it through these offsets.
-struct TokenCacheLayout {
-  int32_t tokens = 0, heads = 0, value_heads = 0, head_k = 0, head_v = 0;
+// [TAG_RING_LAYOUT] Replay's corrections ring (SPEC §3, SlotStorage::ring_kg and ring_u): per layer,
+// row slot holds its R records, record i of the slot's ring being k [H, K] and g [HV, K] in the io
+// dtype (the kg row: every k, then every g) and u [HV, V] in fp32 (the u row). The verify kernel, the
+// CPU implementation and the accept step's compaction address it through these offsets.
+struct RingLayout {
+  int32_t records = 0, heads = 0, value_heads = 0, head_k = 0, head_v = 0;
 
-  KDA_HD int64_t k_offset(int32_t t, int32_t hq) const { return (int64_t(t) * heads + hq) * head_k; }
-  KDA_HD int64_t v_offset(int32_t t, int32_t h) const {
-    return int64_t(tokens) * heads * head_k + (int64_t(t) * value_heads + h) * head_v;
+  KDA_HD int64_t k_offset(int32_t i, int32_t hq) const { return (int64_t(i) * heads + hq) * head_k; }
+  KDA_HD int64_t g_offset(int32_t i, int32_t h) const {
+    return int64_t(records) * heads * head_k + (int64_t(i) * value_heads + h) * head_k;
   }
-  KDA_HD int64_t g_offset(int32_t t, int32_t h) const {
-    return int64_t(tokens) * (int64_t(heads) * head_k + int64_t(value_heads) * head_v) + (int64_t(t) * value_heads + h) * head_k;
-  }
-  KDA_HD int64_t beta_offset(int32_t t, int32_t h) const {
-    return int64_t(tokens) * (int64_t(heads) * head_k + int64_t(value_heads) * (head_v + head_k)) +
-           int64_t(t) * value_heads + h;
-  }
-  // Elements of one cache row: T * (H * K + HV * V + HV * K + HV).
-  KDA_HD int64_t row_elems() const { return beta_offset(tokens, 0); }
+  KDA_HD int64_t u_offset(int32_t i, int32_t h) const { return (int64_t(i) * value_heads + h) * head_v; }
+  KDA_HD int64_t kg_row_elems() const { return int64_t(records) * (heads + value_heads) * head_k; }
+  KDA_HD int64_t u_row_elems() const { return int64_t(records) * value_heads * head_v; }
 };
 
-// Cache row of a slot's tokens of round parity `parity` (0 or 1).
-KDA_HD int32_t cache_row(int32_t slot, int32_t parity) { return slot * 2 + parity; }
+// The ring record that the pending or new record number `i` after `start` is.
+KDA_HD int32_t ring_record(int32_t start, int32_t i, int32_t records) { return (start + i) % records; }
+
+// Whether a round of T tokens over a slot with `pending` unfolded records flushes (SPEC §3): writes its
+// folded state back to the checkpoint, so that its records start the ring over. It must when the ring
+// could not hold another round's records after this one's.
+KDA_HD bool ring_flushes(int32_t pending, int32_t tokens, int32_t records, int32_t flush_min) {
+  return pending >= flush_min || pending + tokens > records - tokens;
+}
 
 // Scratch row holding the post-state of token t of slot `slot`'s last verify.
 KDA_HD int32_t scratch_row(int32_t slot, int32_t t, int32_t scratch_steps) {

@@ -46,6 +46,10 @@ __global__ void __launch_bounds__(kCopyThreads)
     const CopyRows rows = resolved;
     __syncthreads();  // every thread has read it before thread 0 resolves the next unit
     if (rows.dst == nullptr) continue;
+    if (threadIdx.x == 0) {  // the chunk's words, read and written
+      const int64_t words = grid.words_per_slot - chunk * kWordsPerChunk;
+      count_bytes(p.bytes_moved, 2 * 16 * (words < kWordsPerChunk ? words : kWordsPerChunk));
+    }
     const auto* src = reinterpret_cast<const uint4*>(rows.src);
     auto* dst = reinterpret_cast<uint4*>(rows.dst);
     const int64_t first = chunk * kWordsPerChunk + threadIdx.x;

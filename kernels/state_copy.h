@@ -2,8 +2,9 @@
 //   commit (two-phase):  for each batch row n with row_accept[n] = a >= 1,
 //                        pool[l][row_slot[n]] = scratch[l][slot * S + a - 1] for every layer l.
 //   materialize:         for each listed slot with accept_len[slot] = a >= 1, the same copy; then
-//                        accept_len[slot] = 0 and round_parity[slot] = 0 where kept (a second step,
-//                        after every layer's copy and window move has read them).
+//                        accept_len[slot] = 0, and round_parity and replay's ring cursor 0 where
+//                        kept (a second step, after every layer's copy, fold and window move has
+//                        read them).
 #pragma once
 
 #include <cstdint>
@@ -22,12 +23,15 @@ struct StateCopyParams {
   const int32_t* accept_of = nullptr; // [count] accept length per entry (commit); nullptr: accept_len[slot]
   int32_t* accept_len = nullptr;      // [P]
   int32_t* round_parity = nullptr;    // [P] materialize resets it too; null where the round keeps none
+  int32_t* ring_pending = nullptr;    // [P] replay: materialize resets them too
+  int32_t* ring_start = nullptr;      // [P]
   int32_t slots = 0;                  // P
   int32_t scratch_steps = 0;          // S
   int64_t row_elems = 0;              // HV * V * K: what one layer of one slot holds
   StateView pool;                     // rows are slots
   StateView scratch;                  // rows are slot * S + t, same dtype as the pool
   DeviceErrorWord* errors = nullptr;
+  unsigned long long* bytes_moved = nullptr;  // SlotStorage::bytes_moved
 };
 
 // The slot of entry e, or -1: skip it. A commit's entries are the round's row slots (already checked by
@@ -67,7 +71,7 @@ KDA_HD CopyRows copy_rows(const StateCopyParams& p, int32_t e, int32_t layer, bo
 }
 
 // Materialize's last step for entry e: the listed slot, if in range, back to the form a prefill leaves
-// (accept_len 0, parity 0). A slot listed twice is reset by its first entry only (checked_slot; the
+// (accept_len 0, parity 0, an empty ring). A slot listed twice is reset by its first entry only (checked_slot; the
 // copy already recorded it): two threads writing one word is a data race even when they write the same
 // value (ThreadSanitizer reported it on the SIMT executor).
 KDA_HD void reset_slot(const StateCopyParams& p, int32_t e) {
@@ -75,6 +79,10 @@ KDA_HD void reset_slot(const StateCopyParams& p, int32_t e) {
   if (slot < 0) return;
   p.accept_len[slot] = 0;
   if (p.round_parity != nullptr) p.round_parity[slot] = 0;
+  if (p.ring_pending != nullptr) {
+    p.ring_pending[slot] = 0;
+    p.ring_start[slot] = 0;
+  }
 }
 
 void copy_accepted_states_cpu(const StateCopyParams& p);

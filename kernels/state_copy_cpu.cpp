@@ -13,7 +13,9 @@ void copy_accepted_states_cpu(const StateCopyParams& p) {
   for (int64_t u = 0; u < units; ++u) {
     const int32_t layer = int32_t(u / p.count), e = int32_t(u % p.count);
     const CopyRows rows = copy_rows(p, e, layer, layer == 0, true);
-    if (rows.dst != nullptr) std::memcpy(rows.dst, rows.src, bytes);
+    if (rows.dst == nullptr) continue;
+    std::memcpy(rows.dst, rows.src, bytes);
+    count_bytes(p.bytes_moved, 2 * int64_t(bytes));
   }
 }
 

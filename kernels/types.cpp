@@ -76,6 +76,7 @@ const char* to_string(DeviceErrorCode c) {
     case DeviceErrorCode::layer_base_invalid: return "layer_base_invalid";
     case DeviceErrorCode::parent_out_of_range: return "parent_out_of_range";
     case DeviceErrorCode::path_invalid: return "path_invalid";
+    case DeviceErrorCode::ring_out_of_range: return "ring_out_of_range";
   }
   return "?";
 }

@@ -94,7 +94,7 @@ cudaError_t launch_verify(const VerifyParams& p, Launch on) {
   });
   if (p.rows == 0) return cudaSuccess;
   // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words from
-  // 16-byte aligned rows, the gate parameters as 4-byte cp.async; cache rows like input rows.
+  // 16-byte aligned rows, the gate parameters as 4-byte cp.async; ring records like input rows.
   if (p.conv.width > 0) require_fusable_conv(where, p);
   if (p.parent != nullptr) {  // TAG_TREE
     require(p.conv.width == 0 || p.conv.parent == p.parent, where, "conv.parent",
@@ -120,13 +120,15 @@ cudaError_t launch_verify(const VerifyParams& p, Launch on) {
       if (index != nullptr) detail::require_buffer(where, "indices", index, 4);
   }
   if (p.writes_scratch) detail::require_buffer(where, "write_row", p.write_row, 4);
-  const bool replay = p.replay_count != nullptr || p.slot_list != nullptr;
+  const bool ring = p.ring_pending != nullptr || p.slot_list != nullptr;
   const int64_t state_elems = int64_t(p.value_heads) * p.head_v * p.head_k;
   detail::require_state_view(where, "pool", p.pool, p.pool.dtype, state_elems);
   if (p.writes_scratch) detail::require_state_view(where, "scratch", p.scratch, p.pool.dtype, state_elems);
-  if (replay)
-    detail::require_state_view(where, "token_cache", p.token_cache, p.io_dtype,
-                               TokenCacheLayout{p.cache_tokens, p.heads, p.value_heads, p.head_k, p.head_v}.row_elems());
+  if (ring) {
+    const RingLayout layout{p.ring_records, p.heads, p.value_heads, p.head_k, p.head_v};
+    detail::require_state_view(where, "ring_kg", p.ring_kg, p.io_dtype, layout.kg_row_elems());
+    detail::require_state_view(where, "ring_u", p.ring_u, DType::f32, layout.u_row_elems());
+  }
   if (p.A_log != nullptr) detail::require_buffer(where, "A_log", p.A_log, 4);
   if (p.dt_bias != nullptr) detail::require_buffer(where, "dt_bias", p.dt_bias, 4);
   if (p.pre_round.slots != nullptr) {

@@ -5,10 +5,12 @@
 // row: not written) and every output o_t. Padded rows read no state, write no state and output zeros
 // (the CUDA kernel's small tiles may start reading a row's inputs before its indices say it is padded).
 //
-// Replay mode: a row first replays its accepted prefix, the a tokens the token cache holds from its
-// last round, onto pool[slot] (the same preprocessing and update, no outputs), writes that state back
-// to the pool (a > 0), then verifies its T new tokens from it and stores their inputs in the cache.
-// Materialize in replay mode is the same kernel over a list of slots with no new tokens.
+// Replay mode (the corrections ring, [TAG_RING_LAYOUT]): a row seeds from its checkpoint, pool[slot],
+// first folds its slot's pending records into it (per record S = a S, then S = S + k u: the decay and
+// rank-1 arithmetic of the update, no projection, no output), writes the folded state back to the
+// checkpoint when the round flushes, then verifies its T new tokens from it and appends their records
+// (k and g as given, u as computed) after the pending ones. Materialize in replay mode is the same
+// kernel over a list of slots with no new tokens, always flushing.
 //
 // With VerifyParams::conv (SPEC §9, one kernel per layer) the new tokens' q, k and v come from the
 // short convolution of x, computed by the verify itself with the functions of kernels/conv.h.
@@ -33,7 +35,7 @@ struct VerifyParams {
   int32_t value_heads = 0;  // HV
   int32_t head_k = 0;       // K
   int32_t head_v = 0;       // V
-  DType io_dtype = DType::f32;  // of q, k, v, g, beta, o and the token cache; the state dtype is pool.dtype
+  DType io_dtype = DType::f32;  // of q, k, v, g, beta, o and the ring's k and g; the state dtype is pool.dtype
   VerifyOptions options;
 
   const void* q = nullptr;     // [N, T, H, K]
@@ -60,29 +62,28 @@ struct VerifyParams {
   // clamped and recorded. seed_pool and seed_scratch are then not read.
   const int32_t* seed_token = nullptr;
   DeviceErrorWord* errors = nullptr;      // what the device finds invalid is recorded here
+  unsigned long long* bytes_moved = nullptr;  // SlotStorage::bytes_moved: state and record bytes moved
   // SPEC §12, optional [N, T]: the new tokens of row n form a tree, token t updating the post-state of
   // token parent[n][t] (-1: the seed, after any replay) instead of token t - 1's; a parent outside
   // [-1, t) is read as t - 1 and recorded (kernels/tree.h). Null: the chain. A chain given as a tree
   // runs exactly as the chain: a state is kept aside only where a later token branches from it.
   const int32_t* parent = nullptr;
 
-  // Replay mode [TAG_TOKEN_CACHE]: row n replays replay_count[n] tokens from token_cache row
-  // replay_from[n], then stores its new tokens at row cache_to[n]. Null arrays: no replay.
-  StateView token_cache;
-  int32_t cache_tokens = 0;  // T of a cache row
-  const int32_t* replay_count = nullptr;
-  const int32_t* replay_from = nullptr;
-  const int32_t* cache_to = nullptr;
+  // Replay mode [TAG_RING_LAYOUT]: row n folds ring_pending[n] records of its slot's ring rows from
+  // record ring_start[n] on, writes the state back when ring_flush[n], and appends its new tokens'
+  // records after them. Null ring_pending: no ring.
+  StateView ring_kg;
+  StateView ring_u;
+  int32_t ring_records = 0;  // R
+  const int32_t* ring_pending = nullptr;
+  const int32_t* ring_start = nullptr;
+  const int32_t* ring_flush = nullptr;
   // Materialize in replay mode: row n is slot slot_list[n] (outside [0, slots): skipped, recorded), which
-  // replays accept_len[slot] tokens from cache row slot * 2 + round_parity[slot]; tokens is 0.
+  // folds slot_pending[slot] records from slot_start[slot] and writes the state back; tokens is 0.
   const int32_t* slot_list = nullptr;
   int32_t slots = 0;
-  const int32_t* accept_len = nullptr;
-  const int32_t* round_parity = nullptr;
-  // SPEC §12, replay of token trees: each slot's kept path [slots, cache_tokens] (SlotStorage::
-  // accept_path); the replayed tokens are the cache row's tokens path[0], path[1], ... in path order
-  // (as many as the path has nodes), not its first accept_len. Null: chains.
-  const int32_t* slot_path = nullptr;
+  const int32_t* slot_pending = nullptr;
+  const int32_t* slot_start = nullptr;
 
   // SPEC §9, the short convolution fused in (one kernel per layer): with conv.width > 0 each new
   // token's q, k and v are the conv of conv.x over its row's conv history, rounded to the io dtype as the
@@ -101,13 +102,11 @@ struct VerifyParams {
 struct VerifyRow {
   int32_t seed_pool = -1;     // pool row of the seed, or -1
   int32_t seed_scratch = -1;  // scratch row of the seed, or -1 (both -1: a padded row)
-  int32_t replay = 0;         // cached tokens to replay first
-  int32_t replay_from = -1;   // their cache row
-  int32_t cache_to = -1;      // cache row for the new tokens' inputs, or -1
-  const int32_t* path = nullptr;  // replay of a tree: the slot's kept path, whose nodes are the replayed tokens
+  int32_t replay = 0;         // ring records to fold first
+  int32_t ring_start = 0;     // the first of them, then ring_record(ring_start, i, R) ...
+  bool records = false;       // ... and the new tokens' records after them (a ring row)
+  bool flush = false;         // the folded state is written back to the checkpoint
   KDA_HD bool padded() const { return seed_pool < 0 && seed_scratch < 0; }
-  // The cache row's token that replayed token u is.
-  KDA_HD int32_t replay_token(int32_t u) const { return path != nullptr ? path[u] : u; }
 };
 
 KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
@@ -115,16 +114,12 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
   if (p.slot_list != nullptr) {
     const int32_t slot = checked_slot(p.slot_list, n, p.slots, p.errors, report);
     if (slot < 0) return r;
-    const int32_t a = checked_accept(p.accept_len[slot], 0, p.cache_tokens, n, p.errors, report);
-    if (a == 0) return r;  // nothing pending: the pool holds the state already
+    const int32_t pending = checked_ring(p.slot_pending[slot], p.ring_records, slot, p.errors, report);
+    if (pending == 0) return r;  // nothing pending: the checkpoint holds the state already
     r.seed_pool = slot;
-    r.replay = a;
-    if (p.slot_path != nullptr) {
-      r.path = p.slot_path + int64_t(slot) * p.cache_tokens;
-      r.replay = kept_path_nodes(r.path, p.cache_tokens);
-      if (r.replay == 0) return VerifyRow{};
-    }
-    r.replay_from = cache_row(slot, p.round_parity[slot] & 1);
+    r.replay = pending;
+    r.ring_start = checked_ring(p.slot_start[slot], p.ring_records - 1, slot, p.errors, report);
+    r.flush = true;
     return r;
   }
   if (p.seed_token != nullptr) {
@@ -142,25 +137,13 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
                           r.seed_pool >= p.pool.rows ? r.seed_pool : r.seed_scratch);
     return VerifyRow{};
   }
-  if (p.replay_count != nullptr && !r.padded()) {
-    // Built by the index build, but in memory the caller owns: a prefix longer than a cache row holds
-    // is clamped, and a cache row outside the view is not read (no prefix) or not written (recorded).
-    r.replay = checked_accept(p.replay_count[n], 0, p.cache_tokens, n, p.errors, report);
-    if (r.replay > 0 && p.slot_path != nullptr && r.seed_pool >= 0) {  // replay seeds from pool[slot]
-      r.path = p.slot_path + int64_t(r.seed_pool) * p.cache_tokens;
-      r.replay = kept_path_nodes(r.path, p.cache_tokens);
-    }
-    r.replay_from = r.replay > 0 ? p.replay_from[n] : -1;
-    if (r.replay > 0 && (r.replay_from < 0 || r.replay_from >= p.token_cache.rows)) {
-      if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, r.replay_from);
-      r.replay = 0;
-      r.replay_from = -1;
-    }
-    r.cache_to = p.cache_to[n];
-    if (r.cache_to >= p.token_cache.rows) {
-      if (report) record_device_error(p.errors, DeviceErrorCode::slot_out_of_range, n, r.cache_to);
-      r.cache_to = -1;
-    }
+  if (p.ring_pending != nullptr && r.seed_pool >= 0) {
+    // Built by the index build, but in memory the caller owns: a cursor outside the ring is clamped
+    // (as the build clamps the slot's) and recorded.
+    r.replay = checked_ring(p.ring_pending[n], p.ring_records - p.tokens, n, p.errors, report);
+    r.ring_start = checked_ring(p.ring_start[n], p.ring_records - 1, n, p.errors, report);
+    r.flush = p.ring_flush[n] != 0 && r.replay > 0;
+    r.records = true;
   }
   return r;
 }
@@ -193,7 +176,8 @@ KDA_HD int32_t post_state_row(const VerifyParams& p, int32_t n, int32_t t, bool 
 struct VerifyBases {
   char* pool = nullptr;
   char* scratch = nullptr;
-  char* cache = nullptr;
+  char* ring_kg = nullptr;
+  char* ring_u = nullptr;
   bool ok = false;
 };
 
@@ -201,11 +185,12 @@ KDA_HD VerifyBases verify_bases(const VerifyParams& p, const VerifyRow& r, int32
   VerifyBases b;
   b.pool = layer_base(p.pool, p.layer);
   b.scratch = layer_base(p.scratch, p.layer);
-  b.cache = layer_base(p.token_cache, p.layer);
+  b.ring_kg = layer_base(p.ring_kg, p.layer);
+  b.ring_u = layer_base(p.ring_u, p.layer);
   const bool needs_scratch = r.seed_scratch >= 0 || (p.writes_scratch && p.tokens > 0);
-  const bool needs_cache = r.replay > 0 || r.cache_to >= 0;
+  const bool needs_ring = r.replay > 0 || r.records;
   b.ok = (r.seed_pool < 0 || b.pool != nullptr) && (!needs_scratch || b.scratch != nullptr) &&
-         (!needs_cache || b.cache != nullptr);
+         (!needs_ring || (b.ring_kg != nullptr && b.ring_u != nullptr));
   if (!b.ok && report) record_device_error(p.errors, DeviceErrorCode::layer_base_invalid, n, p.layer);
   return b;
 }
@@ -217,8 +202,8 @@ KDA_HD const StateT* verify_seed(const VerifyParams& p, const VerifyRow& r, cons
                                                           : state_row(b.scratch, p.scratch, r.seed_scratch));
 }
 
-// A state value as it reads back after a store in the state dtype: the replay goes on from the state
-// the pool now holds, bit for bit what the other modes seed from.
+// A state value as it reads back after a store in the state dtype: after a flush the verify goes on
+// from the state the checkpoint now holds, bit for bit what the other modes seed from.
 template <class StateT>
 KDA_HD float stored_value(float x) {
   return math::to_f32(math::from_f32<StateT>(x));

@@ -1,7 +1,7 @@
 // CPU implementation of the verify (SPEC §1, §3), with the short conv fused in when VerifyParams::conv
 // has one (SPEC §9), compiled once per instruction set (kernels/cpu_isa.h).
 // The element arithmetic is kernels/kda_math.h's, with its multiply-adds spelled as the set's fmadd and
-// its sums over K as explicit vectors (kernels/cpu_simd.h): every mode, replayed tokens and new ones,
+// its sums over K as explicit vectors (kernels/cpu_simd.h): every mode, folded records and new tokens,
 // runs the same instructions in the same order and agrees bitwise.
 #include <cstring>
 
@@ -78,14 +78,14 @@ struct UnitScratch {
     return p.parent != nullptr ? (int64_t(p.tokens) + 1) * kRowGroup * padded_lanes(p.head_k) : 0;
   }
   static size_t bytes(const VerifyParams& p) {
-    const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
+    const int64_t tokens = int64_t(p.tokens) + p.ring_records;
     const int64_t floats = (3 * tokens + kRowGroup) * padded_lanes(p.head_k) + 2 * padded_lanes(int32_t(tokens)) +
                            conv_floats(p) + kept_floats(p);
     return size_t(floats) * sizeof(float) + size_t(p.tokens) * sizeof(int32_t) +
            (p.parent != nullptr ? size_t(2 * p.tokens + 1) * sizeof(int32_t) : 0);
   }
   UnitScratch(void* base, const VerifyParams& p) : kp(padded_lanes(p.head_k)) {
-    const int64_t tokens = int64_t(p.tokens) + p.cache_tokens;
+    const int64_t tokens = int64_t(p.tokens) + p.ring_records;
     rows = static_cast<float*>(base);  // 64-byte aligned, and every vector a multiple of 64 bytes
     q = rows + kRowGroup * kp;
     k = q + tokens * kp;
@@ -104,35 +104,39 @@ struct UnitScratch {
   }
 };
 
-// Where token u's inputs of one (row, head) are: the first `replay` tokens in the cache row, the rest in
-// the layer's inputs (with the conv fused: q, k and v in the conv's buffer). q is null for cached tokens,
-// which produce no output; o_off is where a new token's output goes.
+// Where token u's inputs of one (row, head) are: the first `replay` tokens are the pending records of
+// the ring (k and g in the kg row, u in the u row), the rest the layer's inputs (with the conv fused: q,
+// k and v in the conv's buffer). q is null for records, which produce no output, and u for new tokens;
+// o_off is where a new token's output goes.
 struct TokenSource {
   const void* q = nullptr;
   const void* k;
-  const void* v;
+  const void* v = nullptr;
   const void* g;
-  const void* beta;
-  int64_t q_off = 0, k_off, v_off, g_off, beta_off, o_off = 0;
+  const void* beta = nullptr;
+  const float* u = nullptr;  // a record's u of the head's V rows
+  int64_t q_off = 0, k_off, v_off = 0, g_off, beta_off = 0, o_off = 0;
 };
 
 struct UnitTokens {
   const VerifyParams& p;
   const VerifyRow& r;
-  const char* cache_row;
-  TokenCacheLayout cache;
+  char* ring_kg;   // the slot's ring rows of this layer, or null
+  float* ring_u;
+  RingLayout ring;
   int32_t n, h, hq;
   const void* conv_qkv;  // conv_head's buffer when the conv is fused, else null
 
+  // The ring record of token u: pending ones first, then the new tokens'.
+  int32_t record(int32_t u) const { return ring_record(r.ring_start, u, ring.records); }
+
   TokenSource source(int32_t u) const {
     TokenSource src;
-    if (u < r.replay) {  // a tree replays its kept path's tokens in path order
-      const int32_t tu = r.replay_token(u);
-      src.k = src.v = src.g = src.beta = cache_row;
-      src.k_off = cache.k_offset(tu, hq);
-      src.v_off = cache.v_offset(tu, h);
-      src.g_off = cache.g_offset(tu, h);
-      src.beta_off = cache.beta_offset(tu, h);
+    if (u < r.replay) {
+      src.k = src.g = ring_kg;
+      src.k_off = ring.k_offset(record(u), hq);
+      src.g_off = ring.g_offset(record(u), h);
+      src.u = ring_u + ring.u_offset(record(u), h);
       return src;
     }
     const int64_t tok = int64_t(n) * p.tokens + (u - r.replay);
@@ -174,7 +178,7 @@ void load_and_normalize(const VerifyParams& p, const void* src, int64_t offset, 
 // and o = sum S' q + u (k . q), with kq = k . q.
 template <int R>
 void update_rows(float* s, int64_t kp, const float* k, const float* a, float beta, const float (&v)[R],
-                 const float* q, float kq, float (&o)[R]) {
+                 const float* q, float kq, float (&o)[R], float (&u)[R]) {
   Vec proj[R], qproj[R];
   for (int r = 0; r < R; ++r) proj[r] = qproj[r] = zero();
   for (int64_t c = 0; c < kp; c += kLanes) {
@@ -186,7 +190,6 @@ void update_rows(float* s, int64_t kp, const float* k, const float* a, float bet
       if (q != nullptr) qproj[r] = fmadd(decayed, load(q + c), qproj[r]);
     }
   }
-  float u[R];
   Vec delta[R];
   for (int r = 0; r < R; ++r) {
     u[r] = math::delta(beta, v[r], reduce_add(proj[r]));
@@ -198,6 +201,18 @@ void update_rows(float* s, int64_t kp, const float* k, const float* a, float bet
   }
   if (q == nullptr) return;
   for (int r = 0; r < R; ++r) o[r] = math::fmadd(u[r], kq, reduce_add(qproj[r]));
+}
+
+// [TAG_UPDATE_ORDER] One record folded into R state rows (SPEC §3 replay): S = a S, then S = S + k u
+// with the u the verify computed, element by element the arithmetic update_rows runs, with no sums.
+template <int R>
+void fold_rows(float* s, int64_t kp, const float* k, const float* a, const float* u) {
+  Vec delta[R];
+  for (int r = 0; r < R; ++r) delta[r] = set1(u[r]);
+  for (int64_t c = 0; c < kp; c += kLanes) {
+    const Vec kc = load(k + c), ac = load(a + c);
+    for (int r = 0; r < R; ++r) store(s + r * kp + c, fmadd(kc, delta[r], mul(ac, load(s + r * kp + c))));
+  }
 }
 
 // k . q of a new token's normalized vectors (zeros past K), summed as the vectors' own sums are.
@@ -237,14 +252,14 @@ void store_rows(StateT* dst, const float* s, int64_t kp, int32_t K, int R, bool 
     for (int32_t i = 0; i < K; ++i) dst[int64_t(r) * K + i] = math::from_f32<StateT>(s[r * kp + i]);
 }
 
-// What the rows of one unit share: its seed, where its post-states and replayed state go, its tokens.
+// What the rows of one unit share: its seed, where its post-states and folded state go, its tokens.
 template <class StateT>
 struct UnitRows {
   const StateT* seed;    // head h of the seed
-  StateT* writeback;     // head h of pool[slot] in replay (r.replay > 0), else null
+  StateT* writeback;     // head h of the checkpoint when the round flushes, else null
   char* scratch;         // the layer's scratch base
   UnitTokens tokens;
-  int32_t count;         // U: replayed tokens, then new ones
+  int32_t count;         // U: folded records, then new tokens
 };
 
 // Rows [j, j + R) of a unit through all its tokens. Each row is read whole before any post-state row
@@ -264,19 +279,23 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
       else if (parent != t - replay - 1) std::memcpy(w.rows, kept(parent + 1), size_t(group_floats) * sizeof(float));
     }
     const TokenSource src = u.tokens.source(t);
-    float v[R], out[R];
-    for (int r = 0; r < R; ++r) v[r] = io_value<IoT>(src.v, src.v_off + j + r);
-    update_rows<R>(w.rows, w.kp, w.k + t * w.kp, w.a + t * w.kp, w.beta[t], v, src.q ? w.q + t * w.kp : nullptr,
-                   w.kq[t], out);
     if (t < replay) {
-      if (t == replay - 1) {  // the accepted prefix is applied: the pool holds it from now on
+      fold_rows<R>(w.rows, w.kp, w.k + t * w.kp, w.a + t * w.kp, src.u + j);
+      if (t == replay - 1 && u.writeback != nullptr) {  // a flush: the checkpoint holds it from now on
         store_rows(u.writeback + int64_t(j) * K, w.rows, w.kp, K, R, false);
         for (int r = 0; r < R; ++r)
           for (int32_t i = 0; i < K; ++i) w.rows[r * w.kp + i] = stored_value<StateT>(w.rows[r * w.kp + i]);
       }
       continue;
     }
+    float v[R], out[R], du[R];
+    for (int r = 0; r < R; ++r) v[r] = io_value<IoT>(src.v, src.v_off + j + r);
+    update_rows<R>(w.rows, w.kp, w.k + t * w.kp, w.a + t * w.kp, w.beta[t], v, w.q + t * w.kp, w.kq[t], out, du);
     for (int r = 0; r < R; ++r) o[src.o_off + j + r] = math::from_f32<IoT>(out[r]);
+    if (u.tokens.r.records) {  // the new token's record: its u of these rows
+      float* record_u = u.tokens.ring_u + u.tokens.ring.u_offset(u.tokens.record(t), u.tokens.h);
+      for (int r = 0; r < R; ++r) record_u[j + r] = du[r];
+    }
     if (w.parent != nullptr && w.keeps[t - replay + 1])
       std::memcpy(kept(t - replay + 1), w.rows, size_t(group_floats) * sizeof(float));
     const int32_t write_row = w.write_row[t - replay];
@@ -306,6 +325,23 @@ const IoT* conv_head(const VerifyParams& p, const ConvRow& r, const Unit& unit, 
   return q;
 }
 
+// The bytes of state and ring records a unit reads and writes (VerifyParams::bytes_moved): its seed
+// rows, its post-state rows, the folded records (their k and g, and u of its rows), the checkpoint on a
+// flush, and its records' u (the head's first unit: their k and g too, k by the group's first head).
+template <class IoT, class StateT>
+int64_t unit_bytes(const VerifyParams& p, const VerifyRow& r, const Unit& unit, const UnitScratch& w) {
+  const int64_t rows = unit.end_v - unit.first_v, state = rows * p.head_k * int64_t(sizeof(StateT));
+  const int64_t kg = int64_t(p.head_k) * int64_t(sizeof(IoT));
+  int64_t posts = 0;
+  for (int32_t t = 0; t < p.tokens; ++t) posts += w.write_row[t] >= 0;
+  int64_t bytes = state * (1 + posts + (r.flush ? 1 : 0)) + r.replay * (2 * kg + rows * int64_t(sizeof(float)));
+  if (r.records) {
+    bytes += int64_t(p.tokens) * rows * int64_t(sizeof(float));
+    if (unit.first_v == 0) bytes += int64_t(p.tokens) * kg * (unit.head % (p.value_heads / p.heads) == 0 ? 2 : 1);
+  }
+  return bytes;
+}
+
 // One unit: its tokens' key-side vectors once, then its V rows, a group at a time, through all tokens:
 // a group stays in L1 across the T tokens, and the state moves once in and T times out, as on the GPU.
 template <class IoT, class StateT>
@@ -327,12 +363,14 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
     }
     return;
   }
-  const char* cache_row = r.replay > 0 ? state_row(b.cache, p.token_cache, r.replay_from) : nullptr;
+  const bool ring = r.replay > 0 || r.records;
   const UnitRows<StateT> rows{
       verify_seed<StateT>(p, r, b) + h * head_elems,
-      r.replay > 0 ? reinterpret_cast<StateT*>(state_row(b.pool, p.pool, r.seed_pool)) + h * head_elems : nullptr,
+      r.flush ? reinterpret_cast<StateT*>(state_row(b.pool, p.pool, r.seed_pool)) + h * head_elems : nullptr,
       b.scratch,
-      UnitTokens{p, r, cache_row, TokenCacheLayout{p.cache_tokens, p.heads, HV, K, p.head_v}, n, h, hq,
+      UnitTokens{p, r, ring ? state_row(b.ring_kg, p.ring_kg, r.seed_pool) : nullptr,
+                 ring ? reinterpret_cast<float*>(state_row(b.ring_u, p.ring_u, r.seed_pool)) : nullptr,
+                 RingLayout{p.ring_records, p.heads, HV, K, p.head_v}, n, h, hq,
                  fused ? conv_head<IoT>(p, conv, unit, w) : nullptr},
       r.replay + T};
 
@@ -352,7 +390,7 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
       a[i] = math::decay_factor(math::log_decay(p.options, io_value<IoT>(src.g, src.g_off + i), a_log, dt));
     }
     for (int64_t i = K; i < w.kp; ++i) a[i] = 0.0f;
-    w.beta[t] = math::beta_value(p.options, io_value<IoT>(src.beta, src.beta_off));
+    w.beta[t] = src.beta != nullptr ? math::beta_value(p.options, io_value<IoT>(src.beta, src.beta_off)) : 0.0f;
   }
   for (int32_t t = 0; t < T; ++t) w.write_row[t] = post_state_row(p, n, t, reports);
   if (w.parent != nullptr) {  // the states a later token branches from are kept aside: a chain keeps none
@@ -367,23 +405,19 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
   for (; j + kRowGroup <= unit.end_v; j += kRowGroup) verify_rows<kRowGroup, IoT, StateT>(p, rows, w, j, streaming);
   for (; j < unit.end_v; ++j) verify_rows<1, IoT, StateT>(p, rows, w, j, streaming);
   if (streaming) stream_fence();
+  count_bytes(p.bytes_moved, unit_bytes<IoT, StateT>(p, r, unit, w));
 
-  if (r.cache_to < 0) return;
-  // The new tokens' inputs, as given (fused: as the conv made them), for the next round's replay: each
-  // unit its V rows' v, the first unit of the head its g and beta and, of the first value head of query
-  // head hq, the k the group shares.
-  const TokenCacheLayout& cache = rows.tokens.cache;
-  IoT* dst = reinterpret_cast<IoT*>(state_row(b.cache, p.token_cache, r.cache_to));
-  auto copy = [&](const void* from, int64_t from_off, int64_t to_off, int32_t count) {
-    std::memcpy(dst + to_off, static_cast<const IoT*>(from) + from_off, size_t(count) * sizeof(IoT));
-  };
+  if (!r.records || unit.first_v != 0) return;
+  // The new tokens' k and g, as given (fused: k as the conv made it), into their records: by the first
+  // unit of the head, and k, which the G value heads of query head hq share, by that of the first.
+  const UnitTokens& tok = rows.tokens;
+  IoT* kg = reinterpret_cast<IoT*>(tok.ring_kg);
   for (int32_t t = 0; t < T; ++t) {
-    const TokenSource src = rows.tokens.source(r.replay + t);
-    copy(src.v, src.v_off + unit.first_v, cache.v_offset(t, h) + unit.first_v, unit.end_v - unit.first_v);
-    if (unit.first_v != 0) continue;
-    if (h % (HV / p.heads) == 0) copy(src.k, src.k_off, cache.k_offset(t, hq), K);
-    copy(src.g, src.g_off, cache.g_offset(t, h), K);
-    copy(src.beta, src.beta_off, cache.beta_offset(t, h), 1);
+    const TokenSource src = tok.source(r.replay + t);
+    const int32_t record = tok.record(r.replay + t);
+    if (h % (HV / p.heads) == 0)
+      std::memcpy(kg + tok.ring.k_offset(record, hq), static_cast<const IoT*>(src.k) + src.k_off, size_t(K) * sizeof(IoT));
+    std::memcpy(kg + tok.ring.g_offset(record, h), static_cast<const IoT*>(src.g) + src.g_off, size_t(K) * sizeof(IoT));
   }
 }
 

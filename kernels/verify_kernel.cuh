@@ -44,17 +44,17 @@ using namespace verify_detail;
 
 // A VerifyRow in shared memory, which is never constructed: its fields, copied in and out.
 struct SharedVerifyRow {
-  int32_t seed_pool, seed_scratch, replay, replay_from, cache_to;
-  const int32_t* path;
+  int32_t seed_pool, seed_scratch, replay, ring_start;
+  bool records, flush;
   __device__ void set(const VerifyRow& r) {
     seed_pool = r.seed_pool;
     seed_scratch = r.seed_scratch;
     replay = r.replay;
-    replay_from = r.replay_from;
-    cache_to = r.cache_to;
-    path = r.path;
+    ring_start = r.ring_start;
+    records = r.records;
+    flush = r.flush;
   }
-  __device__ VerifyRow get() const { return VerifyRow{seed_pool, seed_scratch, replay, replay_from, cache_to, path}; }
+  __device__ VerifyRow get() const { return VerifyRow{seed_pool, seed_scratch, replay, ring_start, records, flush}; }
 };
 
 // Whether a tile's staging, with the fused conv's when kConv, fits the 48 KB of static shared memory a
@@ -92,9 +92,34 @@ __device__ __forceinline__ void store_outputs(IoT* dst, const float (&out)[kRows
   for (int r = 0; r < kRows; ++r) dst[r] = math::from_f32<IoT>(out[r]);
 }
 
+// A new token's u of the lane group's rows, into its ring record (fp32, as computed).
+template <int kRows>
+__device__ __forceinline__ void store_record_u(float* dst, const float (&u)[kRows]) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) dst[r] = u[r];
+}
+
+// The bytes of state and ring records a unit reads and writes (VerifyParams::bytes_moved), as the CPU
+// counts its units (kernels/verify_cpu.cpp, unit_bytes): the seed tile, its post-state tiles, the
+// folded records (k and g, and u of the tile's rows), the checkpoint on a flush, and its records' u
+// (the head's first tile: their k and g too, k by the group's first value head).
+template <class Tile, class IoT, class StateT>
+__device__ int64_t unit_bytes(const VerifyParams& p, const BlockRow& b) {
+  constexpr int64_t K = Tile::kHeadDim, kTile = int64_t(Tile::kTileV) * K * int64_t(sizeof(StateT));
+  constexpr int64_t kKg = K * int64_t(sizeof(IoT)), kU = int64_t(Tile::kTileV) * int64_t(sizeof(float));
+  int64_t posts = 0;
+  for (int32_t t = 0; t < p.tokens; ++t) posts += post_state_row(p, b.n, t, false) >= 0;
+  int64_t bytes = kTile * (1 + posts + (b.r.flush ? 1 : 0)) + b.r.replay * (2 * kKg + kU);
+  if (b.r.records) {
+    bytes += int64_t(p.tokens) * kU;
+    if (b.v0 == 0) bytes += int64_t(p.tokens) * kKg * (b.h % (p.value_heads / p.heads) == 0 ? 2 : 1);
+  }
+  return bytes;
+}
+
 // One unit of a launch, after the grid dependency wait: its row resolved, its seed tile in the lanes'
-// registers (from where `ahead` read it, or read now), its tokens (r.replay cached ones, then the T
-// new ones) staged a chunk at a time, and its post-states and outputs written. Persistent, the seed of
+// registers (from where `ahead` read it, or read now), its tokens (r.replay ring records, then the T
+// new ones) staged a chunk at a time, and its post-states, outputs and new records written. Persistent, the seed of
 // unit `next` is found as the unit starts and prefetched during its last chunk's token loop.
 // `early_conv`: the conv window staged before the wait (the first unit's only).
 template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, VerifySchedule kSchedule,
@@ -116,8 +141,8 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
   const bool o_vectors = reinterpret_cast<uintptr_t>(p.o) % kVecBytes == 0;
 
   const bool report = b.v0 == 0 && b.h == 0 && threadIdx.x == 0;
-  // Inputs first (a block a unit, tiles of at most 32 rows): with no replayed prefix (no materialize
-  // list, no replay counts) the token list is the T new tokens whatever the index arrays say, so the
+  // Inputs first (a block a unit, tiles of at most 32 rows): with no records to fold (no materialize
+  // list, no ring) the token list is the T new tokens whatever the index arrays say, so the
   // first chunk's input copies start, and the lines its preprocessing and scalars will load are asked of
   // L1, before the index reads below: their round trips overlap instead of following each other (at
   // batch 1, where the library runs its 16-row tiles, a layer is such a chain). Nothing here waits for a
@@ -126,7 +151,7 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
   // its prefetch's bookkeeping, spilled with it. A padded row's block reads these inputs (in bounds) and
   // only waits for its copies.
   constexpr bool kInputsFirst = kTileV <= 32 && kSchedule == VerifySchedule::block_a_unit;
-  const bool inputs_first = kInputsFirst && p.slot_list == nullptr && p.replay_count == nullptr && T > 0;
+  const bool inputs_first = kInputsFirst && p.slot_list == nullptr && p.ring_pending == nullptr && T > 0;
   if (inputs_first) {
     const ChunkTokens first = chunk_tokens(b, 0, T < kChunkTokens ? T : kChunkTokens);  // b.r: no prefix
     start_input_copies<K, kTileV, kThreads, kConv, IoT>(p, b, first, st, cs);
@@ -157,10 +182,12 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
   }
   TreeBranches<Tile, kTree> tree;
   tree.set(p, b.n, report);
-  b.cache_from = b.r.replay > 0 ? state_row(bases.cache, p.token_cache, b.r.replay_from) : nullptr;
-  b.cache_to = b.r.cache_to >= 0 ? state_row(bases.cache, p.token_cache, b.r.cache_to) : nullptr;
+  if (b.r.replay > 0 || b.r.records) {  // the slot's ring rows of this layer
+    b.ring_kg = state_row(bases.ring_kg, p.ring_kg, b.r.seed_pool);
+    b.ring_u = reinterpret_cast<float*>(state_row(bases.ring_u, p.ring_u, b.r.seed_pool));
+  }
   // The whole seed tile is in registers before any state is written: the seed may be a scratch row
-  // this verify overwrites, or the pool row the replay writes back (SPEC §3). Each element is read and
+  // this verify overwrites, or the checkpoint a flush writes back (SPEC §3). Each element is read and
   // later written by the same thread only, and no other block touches this tile. Reads the index
   // arrays do not confirm are made again.
   const StateT* seed = verify_seed<StateT>(p, b.r, bases) + at.state_rows;
@@ -174,7 +201,10 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
   }
   const StateT* const next_rows =
       kSchedule == VerifySchedule::persistent ? next_seed_rows<Tile, StateT>(p, next, units) : nullptr;
-  StateT* const pool_rows = const_cast<StateT*>(seed);  // replay writes the applied prefix back here
+  StateT* const pool_rows = const_cast<StateT*>(seed);  // a flush writes the folded state back here
+  const RingLayout ring{p.ring_records, p.heads, HV, K, V};
+  // The lane group's rows of a record's u (the records of the row's ring, SPEC §3).
+  const auto record_u = [&](int32_t u) { return b.ring_u + ring.u_offset(b.record(p, u), b.h) + b.v0 + at.tile_row0; };
   const auto post_rows = [&](int32_t write_row) {
     return reinterpret_cast<StateT*>(state_row(bases.scratch, p.scratch, write_row)) + at.state_rows;
   };
@@ -182,7 +212,7 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
     return static_cast<IoT*>(p.o) + o_tile + int64_t(t) * o_stride + at.tile_row0;
   };
 
-  // The token list: r.replay cached accepted tokens, then the T new ones.
+  // The token list: r.replay ring records to fold, then the T new tokens.
   const int32_t U = b.r.replay + T;
   int32_t previous_new = 0;  // new tokens of the previous chunk (fused: the conv history shifts by them)
   for (int32_t u0 = 0; u0 < U; u0 += kChunkTokens) {
@@ -209,7 +239,6 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
     preprocess_tokens<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st, cs);
     __pipeline_wait_prior(0);
     __syncthreads();
-    store_new_tokens<K, kTileV, kThreads, kConv, IoT>(p, b, ch, st);
     // After the last chunk's wait, so that no wait before the next unit holds the token loop up for it.
     if (next_rows != nullptr && u0 + kChunkTokens >= U) ahead = prefetch_seed<Tile>(next_rows, at.group_lane);
 
@@ -226,56 +255,34 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
       continue;
     }
     constexpr bool kStoresState = kProbe != VerifyProbe::no_state_stores;
-    if constexpr (kFormula == OutputFormula::decayed_state) {
-      for (int tt = 0; tt < ch.count; ++tt) {
-        const int32_t u = u0 + tt, t = u - b.r.replay;  // t < 0: a replayed token
-        if (t == 0) tree.keep(0, s);
-        else if (t > 0) tree.enter(t, s);
-        float proj[R], qproj[R], du[R];
-        if (t >= 0) {
-          decay_and_project<Tile, true>(s, st.a[tt], st.k[tt], st.q[tt], at.group_lane, proj, qproj);
-          group_sums_pair<Tile::kLanes, R>(proj, qproj);
-        } else {
-          decay_and_project<Tile, false>(s, st.a[tt], st.k[tt], nullptr, at.group_lane, proj, qproj);
-          group_sums<Tile::kLanes, R>(proj);
-        }
-        apply_delta<Tile, IoT>(s, st.k[tt], st.beta[tt], &st.v[tt][at.tile_row0], proj, at.group_lane, du);
-        if (t < 0) {
-          if (kStoresState && u == b.r.replay - 1) write_back_prefix<Tile>(pool_rows, at.group_lane, s);
-          continue;
-        }
-        if (kStoresState && st.write_row[tt] >= 0) store_state<Tile>(post_rows(st.write_row[tt]), at.group_lane, s, true);
-        tree.keep(t + 1, s);
-        float out[R];
+    for (int tt = 0; tt < ch.count; ++tt) {
+      const int32_t u = u0 + tt, t = u - b.r.replay;  // t < 0: a record to fold
+      if (t < 0) {
+        float ru[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) out[r] = math::fmadd(du[r], st.kq[tt], qproj[r]);  // o = S'q + u (k . q)
-        if (at.group_lane == 0) store_outputs<R, IoT>(output_rows(t), out, o_vectors);
+        for (int r = 0; r < R; ++r) ru[r] = record_u(u)[r];
+        fold_record<Tile>(s, st.a[tt], st.k[tt], ru, at.group_lane);
+        if (kStoresState && b.r.flush && u == b.r.replay - 1) write_back_prefix<Tile>(pool_rows, at.group_lane, s);
+        continue;
       }
-    } else {
-      // OutputFormula::post_state: token u's output sum and token u + 1's projection sum both read S_u,
-      // so they share one butterfly.
-      float proj[R], unused[R];
-      decay_and_project<Tile, false>(s, st.a[0], st.k[0], nullptr, at.group_lane, proj, unused);
-      group_sums<Tile::kLanes, R>(proj);
-      for (int tt = 0; tt < ch.count; ++tt) {
-        const int32_t u = u0 + tt, t = u - b.r.replay;
-        const bool has_out = t >= 0, has_next = tt + 1 < ch.count;
-        float du[R], out[R];
-        apply_delta<Tile, IoT>(s, st.k[tt], st.beta[tt], &st.v[tt][at.tile_row0], proj, at.group_lane, du);
-        if (!has_out) {
-          if (kStoresState && u == b.r.replay - 1) write_back_prefix<Tile>(pool_rows, at.group_lane, s);
-        } else if (kStoresState && st.write_row[tt] >= 0) {
-          store_state<Tile>(post_rows(st.write_row[tt]), at.group_lane, s, true);
-        }
-        if (has_out) output_partial<Tile>(s, st.q[tt], at.group_lane, out);
-        if (has_next) decay_and_project<Tile, false>(s, st.a[tt + 1], st.k[tt + 1], nullptr, at.group_lane, proj, unused);
-        if (has_out && has_next) group_sums_pair<Tile::kLanes, R>(out, proj);
-        else if (has_out) group_sums<Tile::kLanes, R>(out);
-        else if (has_next) group_sums<Tile::kLanes, R>(proj);
-        if (has_out && at.group_lane == 0) store_outputs<R, IoT>(output_rows(t), out, o_vectors);
+      if (t == 0) tree.keep(0, s);
+      else tree.enter(t, s);
+      float proj[R], qproj[R], du[R];
+      decay_and_project<Tile>(s, st.a[tt], st.k[tt], st.q[tt], at.group_lane, proj, qproj);
+      group_sums_pair<Tile::kLanes, R>(proj, qproj);
+      apply_delta<Tile, IoT>(s, st.k[tt], st.beta[tt], &st.v[tt][at.tile_row0], proj, at.group_lane, du);
+      if (kStoresState && st.write_row[tt] >= 0) store_state<Tile>(post_rows(st.write_row[tt]), at.group_lane, s, true);
+      tree.keep(t + 1, s);
+      float out[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) out[r] = math::fmadd(du[r], st.kq[tt], qproj[r]);  // o = S'q + u (k . q)
+      if (at.group_lane == 0) {
+        store_outputs<R, IoT>(output_rows(t), out, o_vectors);
+        if (b.r.records) store_record_u<R>(record_u(u), du);
       }
     }
   }
+  if (p.bytes_moved != nullptr && threadIdx.x == 0) count_bytes(p.bytes_moved, unit_bytes<Tile, IoT, StateT>(p, b));
 }
 
 // kConv: the short conv fused in (VerifyParams::conv). kTree: the new tokens form a tree (VerifyParams::parent).
@@ -288,7 +295,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_
   using Conv = ConvStaging<K, kTileV, IoT>;
   static_assert(kFitsSharedMemory<Tile, kConv, IoT>,
                 "a block's static shared memory is at most 48 KB: this tile is too tall for these dtypes");
-  static_assert(!kTree || kFormula == OutputFormula::decayed_state, "a tree runs the library's formula");
   static_assert(!(kTree || kConv) || kSchedule == VerifySchedule::block_a_unit,
                 "persistent blocks are for chains of many waves: a tree's branch slots would share the prefetch "
                 "buffer's dynamic shared memory, and the fused conv's batches (1 to 8) fit one wave");

@@ -69,8 +69,12 @@ struct alignas(kVecBytes) ConvStaging {
 struct BlockRow {
   int32_t n, h, hq, v0;
   VerifyRow r;
-  const char* cache_from;  // the cache row holding the replayed tokens
-  char* cache_to;          // the cache row the new tokens' inputs go to, or null
+  char* ring_kg = nullptr;  // the slot's ring rows of the layer (replay), or null
+  float* ring_u = nullptr;
+  // The ring record of token u of the list: the records to fold, then the new tokens' (SPEC §3).
+  __device__ __forceinline__ int32_t record(const VerifyParams& p, int32_t u) const {
+    return ring_record(r.ring_start, u, p.ring_records);
+  }
 };
 
 // Where the block's conv channels are among x's C: the first channel of each run (q, k, v).
@@ -94,8 +98,9 @@ __device__ __forceinline__ int64_t conv_channel_of(const ConvRuns& runs, int lc)
 }
 
 // Token u of a block's token list, as pointers to its (head's) vectors: the first r.replay tokens are
-// in the cache row, the rest in the layer's inputs [TAG_TOKEN_CACHE]. q is null for cached tokens; q, k
-// and v are null for new tokens when the conv is fused (kConv): the conv makes them.
+// ring records (k and g; their u is read in the token loop) [TAG_RING_LAYOUT], the rest the layer's
+// inputs. q, v and beta are null for records; q, k and v are null for new tokens when the conv is fused
+// (kConv): the conv makes them.
 template <class IoT>
 struct TokenPtrs {
   const IoT *q, *k, *g, *v, *beta;
@@ -105,12 +110,11 @@ template <int K, bool kConv, class IoT>
 __device__ __forceinline__ TokenPtrs<IoT> token_ptrs(const VerifyParams& p, const BlockRow& b, int32_t u) {
   constexpr int V = K;
   const int32_t HV = p.value_heads;
-  if (u < b.r.replay) {  // a tree replays its kept path's tokens in path order
-    const TokenCacheLayout c{p.cache_tokens, p.heads, HV, K, V};
-    const IoT* row = reinterpret_cast<const IoT*>(b.cache_from);
-    const int32_t tu = b.r.replay_token(u);
-    return {nullptr, row + c.k_offset(tu, b.hq), row + c.g_offset(tu, b.h), row + c.v_offset(tu, b.h) + b.v0,
-            row + c.beta_offset(tu, b.h)};
+  if (u < b.r.replay) {
+    const RingLayout ring{p.ring_records, p.heads, HV, K, V};
+    const IoT* row = reinterpret_cast<const IoT*>(b.ring_kg);
+    const int32_t record = b.record(p, u);
+    return {nullptr, row + ring.k_offset(record, b.hq), row + ring.g_offset(record, b.h), nullptr, nullptr};
   }
   const int64_t tok = int64_t(b.n) * p.tokens + (u - b.r.replay);
   const IoT* g = static_cast<const IoT*>(p.g) + (tok * HV + b.h) * K;
@@ -217,7 +221,7 @@ __device__ __forceinline__ void stage_conv_window(const VerifyParams& p, const B
 }
 
 // Chunk [u0, u0 + count) of the block's token list holds `n_new` new tokens from new token `t_first` on
-// (none while the list still replays cached tokens).
+// (none while the list still folds records).
 struct ChunkTokens {
   int32_t u0, count, first, t_first, n_new;  // first: the list index of the first new token
 };
@@ -228,10 +232,10 @@ __device__ __forceinline__ ChunkTokens chunk_tokens(const BlockRow& b, int32_t u
   return ChunkTokens{u0, count, first, first - b.r.replay, n_new};
 }
 
-// Starts the copies of a chunk's tile inputs into shared memory: the tile's v rows (fused, the replayed
-// tokens' only: the conv makes the new ones) as 16-byte cp.async, and, fused, the new tokens' x rows of
-// the block's conv channels after the conv window. Nothing here reads the index arrays or waits for a
-// load: with no replayed prefix it may run before them (verify_unit's inputs first).
+// Starts the copies of a chunk's tile inputs into shared memory: the new tokens' v rows of the tile
+// (not fused: the conv makes them) as 16-byte cp.async, and, fused, the new tokens' x rows of the
+// block's conv channels after the conv window. Nothing here reads the index arrays or waits for a
+// load: with no records to fold it may run before them (verify_unit's inputs first).
 template <int K, int kTileV, int kThreads, bool kConv, class IoT>
 __device__ __forceinline__ void start_input_copies(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
                                                    StagedTokens<K, kTileV, IoT>& st, ConvStaging<K, kTileV, IoT>* cs) {
@@ -258,16 +262,16 @@ __device__ __forceinline__ void start_input_copies(const VerifyParams& p, const 
 }
 
 // A chunk's per-token scalars, with plain loads: beta, and the scratch rows its post-states go to (the
-// index build's write rows; -1 for a replayed token).
+// index build's write rows; -1 for a record).
 template <int K, int kTileV, int kThreads, bool kConv, class IoT>
 __device__ __forceinline__ void stage_token_scalars(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
                                                     StagedTokens<K, kTileV, IoT>& st) {
   const int tid = int(threadIdx.x);
   if (tid < ch.count) {
     const int32_t u = ch.u0 + tid;
-    st.beta[tid] = math::beta_value(p.options, math::to_f32(*token_ptrs<K, kConv, IoT>(p, b, u).beta));
-    const bool report = b.h == 0 && b.v0 == 0;
-    st.write_row[tid] = u >= b.r.replay ? post_state_row(p, b.n, u - b.r.replay, report) : -1;
+    const bool is_new = u >= b.r.replay, report = b.h == 0 && b.v0 == 0;
+    st.beta[tid] = is_new ? math::beta_value(p.options, math::to_f32(*token_ptrs<K, kConv, IoT>(p, b, u).beta)) : 0.0f;
+    st.write_row[tid] = is_new ? post_state_row(p, b.n, u - b.r.replay, report) : -1;
   }
 }
 
@@ -322,8 +326,9 @@ __device__ __forceinline__ void prefetch_token_inputs(const VerifyParams& p, con
 // inputs' loads rather than held in registers from before the grid dependency wait): q (new tokens
 // only) and k times their qk_multiplier (the L2 norm's sums of squares warp-wide reductions), their dot
 // product, and the decay factor of every key channel. Replay mode: the new tokens' k and g as given
-// (fused: k as the conv made it) to the cache row, for the next round's replay; k and g are shared by
-// the tiles of a value head (and k by the G value heads of a query head), so one block writes each.
+// (fused: k as the conv made it) to their ring records, for the rounds that fold them; k and g are
+// shared by the tiles of a value head (and k by the G value heads of a query head), so one block writes
+// each (no block of the launch reads a record it writes: SPEC §3).
 // Fused (kConv), a new token's q and k come from the conv's y in shared memory, after a barrier.
 template <int K, int kTileV, int kThreads, bool kConv, class IoT>
 __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
@@ -340,12 +345,12 @@ __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const B
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e)
     dt_bias[e] = p.dt_bias != nullptr ? __ldg(&p.dt_bias[int64_t(b.h) * K + e0 + e]) : 0.0f;
-  const TokenCacheLayout cache{p.cache_tokens, p.heads, p.value_heads, K, K};
-  IoT* cache_row = reinterpret_cast<IoT*>(b.cache_to);
+  const RingLayout ring{p.ring_records, p.heads, p.value_heads, K, K};
+  IoT* ring_kg = b.r.records ? reinterpret_cast<IoT*>(b.ring_kg) : nullptr;
   const bool first_tile = b.v0 == 0, writes_k = first_tile && b.h % (p.value_heads / p.heads) == 0;
   for (int tt = warp; tt < ch.count; tt += kWarps) {  // warp-uniform
-    const int32_t u = ch.u0 + tt, t = u - b.r.replay;
-    const bool has_q = t >= 0;
+    const int32_t u = ch.u0 + tt;
+    const bool has_q = u >= b.r.replay;
     const TokenPtrs<IoT> src = token_ptrs<K, kConv, IoT>(p, b, u);
     float q[kPerLane], k[kPerLane], g[kPerLane];
     if (kConv && has_q) {
@@ -356,9 +361,10 @@ __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const B
       if (has_q) load_lane<kPerLane, IoT>(src.q + e0, q);
     }
     load_lane<kPerLane, IoT>(src.g + e0, g);
-    if (cache_row != nullptr && has_q) {
-      if (writes_k) store_lane<kPerLane, IoT>(cache_row + cache.k_offset(t, b.hq) + e0, k);
-      if (first_tile) store_lane<kPerLane, IoT>(cache_row + cache.g_offset(t, b.h) + e0, g);
+    if (ring_kg != nullptr && has_q) {
+      const int32_t record = b.record(p, u);
+      if (writes_k) store_lane<kPerLane, IoT>(ring_kg + ring.k_offset(record, b.hq) + e0, k);
+      if (first_tile) store_lane<kPerLane, IoT>(ring_kg + ring.g_offset(record, b.h) + e0, g);
     }
     float sum_sq[2] = {0.0f, 0.0f};  // k's, q's
 #pragma unroll
@@ -497,27 +503,6 @@ template <int K, int kTileV, int kThreads, class IoT>
 __device__ __forceinline__ void shift_conv_history(int32_t W, int32_t previous_new, ConvStaging<K, kTileV, IoT>& cs) {
   for (int lc = int(threadIdx.x); lc < ConvStaging<K, kTileV, IoT>::kChannels; lc += kThreads)
     for (int j = 0; j < W - 1; ++j) cs.history[j][lc] = cs.history[previous_new + j][lc];
-}
-
-// Once a chunk has landed: the new tokens' v and beta, as given (fused: v as the conv made it), into the
-// cache row for the next round's replay (preprocess_tokens writes k and g). The tile's v rows are this
-// block's; beta is shared by the tiles of a value head, so the first tile writes it.
-template <int K, int kTileV, int kThreads, bool kConv, class IoT>
-__device__ __forceinline__ void store_new_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
-                                                 const StagedTokens<K, kTileV, IoT>& st) {
-  if (b.cache_to == nullptr) return;
-  constexpr int V = K;
-  constexpr int kElemsPerVec = kVecBytes / int(sizeof(IoT));
-  constexpr int kTileVecs = kTileV / kElemsPerVec;
-  const TokenCacheLayout c{p.cache_tokens, p.heads, p.value_heads, K, V};
-  IoT* row = reinterpret_cast<IoT*>(b.cache_to);
-  const int tid = int(threadIdx.x);
-  for (int c16 = tid; c16 < ch.count * kTileVecs; c16 += kThreads) {
-    const int tt = c16 / kTileVecs, e = c16 % kTileVecs * kElemsPerVec, t = ch.u0 + tt - b.r.replay;
-    if (t >= 0) copy16(row + c.v_offset(t, b.h) + b.v0 + e, &st.v[tt][e]);
-  }
-  if (b.v0 == 0 && tid < ch.count && ch.u0 + tid >= b.r.replay)
-    row[c.beta_offset(ch.u0 + tid - b.r.replay, b.h)] = *token_ptrs<K, kConv, IoT>(p, b, ch.u0 + tid).beta;
 }
 
 // Waits for every copy this thread started: a block that leaves early still waits for its copies to

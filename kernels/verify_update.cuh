@@ -27,10 +27,10 @@ constexpr int kSlice = 4;  // key channels of one chunk
 // How a token's output is summed (SPEC §1 gives o = S_t q):
 //   decayed_state: one pass over the lane's slice sums both S'k and S'q (S' = a S, the decayed state),
 //                  and o = S'q + u (k . q): one butterfly per token, no pass after the rank-1 update.
-//                  The library's formula; kernels/verify_cpu.cpp computes the same one.
-//   post_state:    o = S_t q after the rank-1 update, its butterfly shared with the next token's
-//                  projection. The formula before issue 31, kept for the sweep's comparison.
-enum class OutputFormula { decayed_state, post_state };
+//                  The library's formula; kernels/verify_cpu.cpp computes the same one. (The formula
+//                  before issue 31, o = S_t q, lost its last sweep member in issue 47 and its branch
+//                  with the replay ring, issue 48.)
+enum class OutputFormula { decayed_state };
 
 // What the sweep's probes leave out, to split a verify's time by difference (profiling/
 // bench_verify_sweep.cu); the library launches VerifyProbe::none only.
@@ -171,9 +171,8 @@ __device__ __forceinline__ int chunk_channel(int group_lane, int j) {
   return (group_lane + j * Tile::kLanes) * kSlice;
 }
 
-// [TAG_UPDATE_ORDER] S' = a S, and the lane's part of p = sum S' k (and, kWithQ, of sum S' q: a replayed
-// token has no output, nor does OutputFormula::post_state take it from S').
-template <class Tile, bool kWithQ>
+// [TAG_UPDATE_ORDER] S' = a S, and the lane's parts of p = sum S' k and of sum S' q.
+template <class Tile>
 __device__ __forceinline__ void decay_and_project(StateSlice<Tile>& s, const float* a, const float* k, const float* q,
                                                   int group_lane, float (&proj)[Tile::kRows],
                                                   float (&qproj)[Tile::kRows]) {
@@ -185,7 +184,7 @@ __device__ __forceinline__ void decay_and_project(StateSlice<Tile>& s, const flo
     float aj[kSlice], kj[kSlice], qj[kSlice];
     load4(a + i, aj);
     load4(k + i, kj);
-    if constexpr (kWithQ) load4(q + i, qj);
+    load4(q + i, qj);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       pk[r][j] = 0.0f;
@@ -194,12 +193,12 @@ __device__ __forceinline__ void decay_and_project(StateSlice<Tile>& s, const flo
       for (int c = 0; c < kSlice; ++c) {
         s[r][j][c] = math::decayed(s[r][j][c], aj[c]);
         pk[r][j] = math::accumulate(pk[r][j], s[r][j][c], kj[c]);
-        if constexpr (kWithQ) pq[r][j] = math::accumulate(pq[r][j], s[r][j][c], qj[c]);
+        pq[r][j] = math::accumulate(pq[r][j], s[r][j][c], qj[c]);
       }
     }
   }
   chunk_sums<C, R>(pk, proj);
-  if constexpr (kWithQ) chunk_sums<C, R>(pq, qproj);
+  chunk_sums<C, R>(pq, qproj);
 }
 
 // u = beta (v - p), S = S' + k u, for each of the lane's rows; u[r] is returned for the output.
@@ -221,24 +220,24 @@ __device__ __forceinline__ void apply_delta(StateSlice<Tile>& s, const float* k,
   }
 }
 
-// OutputFormula::post_state: the lane's part of o = S q for each of its rows.
+// [TAG_UPDATE_ORDER] A ring record folded into the lane's rows (SPEC §3 replay): S = a S, then
+// S = S + k u with the record's u of each row, element by element decay_and_project and apply_delta's
+// arithmetic, with no projection.
 template <class Tile>
-__device__ __forceinline__ void output_partial(const StateSlice<Tile>& s, const float* q, int group_lane,
-                                               float (&out)[Tile::kRows]) {
+__device__ __forceinline__ void fold_record(StateSlice<Tile>& s, const float* a, const float* k,
+                                            const float (&u)[Tile::kRows], int group_lane) {
   constexpr int R = Tile::kRows, C = Tile::kChunks;
-  float po[R][C];
 #pragma unroll
   for (int j = 0; j < C; ++j) {
-    float qj[kSlice];
-    load4(q + chunk_channel<Tile>(group_lane, j), qj);
+    const int i = chunk_channel<Tile>(group_lane, j);
+    float aj[kSlice], kj[kSlice];
+    load4(a + i, aj);
+    load4(k + i, kj);
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      po[r][j] = 0.0f;
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int c = 0; c < kSlice; ++c) po[r][j] = math::accumulate(po[r][j], s[r][j][c], qj[c]);
-    }
+      for (int c = 0; c < kSlice; ++c) s[r][j][c] = math::rank1_update(math::decayed(s[r][j][c], aj[c]), kj[c], u[r]);
   }
-  chunk_sums<C, R>(po, out);
 }
 
 }  // namespace kdagraph::verify_detail

@@ -4,7 +4,7 @@
 // kernel), in one run, so a tile is chosen by the numbers of one GPU:
 //   chain      HV 16 and 32 x T 2, 4, 8 x batch 1, 8, 32, 128 x fp32 and bf16 state, fused accept (half
 //              the rows mid-stream, seeding from scratch);
-//   modes      two-phase, fused accept and replay (a = 1..T cached tokens replayed first) at batch 1 and 64,
+//   modes      two-phase, fused accept and replay (1..R - T ring records folded first) at batch 1 and 64,
 //              T 4, HV 16 and 32, fp32 state;
 //   conv       the short conv fused in (C = 6144, W 4) at batch 1 and 8, T 2 and 4, HV 16: the conv
 //              members and the library's fused kernel against the conv and the verify as two launches;
@@ -20,9 +20,8 @@
 //              and triggers: a layer's time is split into that floor, the prologue and the rest.
 // Each layer's parameters are the ones a round's verify gets in a graph (graph/ops_params.h: indices
 // built on the device, pre-round data for the early seed loads). Before a member is timed it runs once on
-// the library's starting storage, and a member with the library's formula must give the library's bits:
-// every output and every byte of pool, scratch, token cache and conv state (the run fails otherwise);
-// one with OutputFormula::post_state reports its outputs' distance from the library's. The probes
+// the library's starting storage, and every member must give the library's bits: every output and every
+// byte of pool, scratch, ring records and conv state (the run fails otherwise). The probes
 // (no_state_stores, prologue_only) split the time of the tile they are cut from: prologue, the state
 // stores, and the rest (the token loop's arithmetic).
 // Cold medians (L2 flushed before each sample) of CUDA events behind a LaunchGate (profiling/
@@ -163,6 +162,7 @@ struct Case {
     config.tokens = T;
     config.io_dtype = DType::bf16;
     config.mode = s.mode;
+    config.ring = ReplayRing{3 * s.tokens, s.flush_min};
     config.options.l2norm_qk = true;
     config.options.gate = GateMode::softplus;
     config.options.beta_is_logit = true;
@@ -172,26 +172,41 @@ struct Case {
     Verifier& ver = *verifier;
     const Stream st{Backend::cuda, stream};
 
-    // Mid-stream slots: hashed states, conv windows and token cache; fused accept seeds every other slot
-    // from scratch row a - 1, replay replays a = 1..T cached tokens first, two-phase seeds from the pool.
+    // Mid-stream slots: hashed states, conv windows and ring records; fused accept seeds every other slot
+    // from scratch row a - 1, replay folds 1..R - T pending records first (flushing where the ring says),
+    // two-phase seeds from the pool.
     const size_t es = dtype_size(s.state);
     profiling::fill_hashed(ver.pool(), int64_t(ver.pool_bytes() / es), s.state, SyntheticField::state, -0.5f, 0.5f, 1);
     if (ver.scratch_bytes() > 0)
       profiling::fill_hashed(ver.scratch(), int64_t(ver.scratch_bytes() / es), s.state, SyntheticField::state, -0.5f,
                              0.5f, 2);
-    void* cache = ver.storage().token_cache.base;
-    if (ver.token_cache_bytes() > 0)
-      profiling::fill_hashed(cache, int64_t(ver.token_cache_bytes() / 2), DType::bf16, SyntheticField::k, -1.0f, 1.0f, 3);
+    const SlotStorage& ring = ver.storage();
+    const size_t ring_kg_bytes = ring.ring_kg.base ? size_t(ring.ring_kg.layers * ring.ring_kg.layer_stride) * 2 : 0;
+    const size_t ring_u_bytes = ring.ring_u.base ? size_t(ring.ring_u.layers * ring.ring_u.layer_stride) * 4 : 0;
+    if (ring_kg_bytes > 0) {
+      profiling::fill_hashed(ring.ring_kg.base, int64_t(ring_kg_bytes / 2), DType::bf16, SyntheticField::k, -1.0f, 1.0f, 3);
+      profiling::fill_hashed(ring.ring_u.base, int64_t(ring_u_bytes / 4), DType::f32, SyntheticField::v, -0.1f, 0.1f, 5);
+    }
     if (s.conv)
       profiling::fill_hashed(ver.conv_state(), int64_t(ver.conv_state_bytes() / 2), DType::bf16,
                              SyntheticField::conv_window, -1.0f, 1.0f, 4);
+    const ReplayRing rs = ver.spec().ring;
     std::vector<int32_t> slots(static_cast<size_t>(B)), accept(static_cast<size_t>(B)), parity(static_cast<size_t>(B));
+    std::vector<int32_t> cursor(2 * static_cast<size_t>(B), 0), flushes(static_cast<size_t>(B), 0);
     for (int32_t i = 0; i < B; ++i) {
       slots[size_t(i)] = i;
       accept[size_t(i)] = s.mode == Mode::two_phase ? 0 : s.mode == Mode::replay ? 1 + i % T : i % 2 ? 1 + i / 2 % T : 0;
       parity[size_t(i)] = i % 2;
+      if (s.mode != Mode::replay) continue;
+      cursor[size_t(i)] = 1 + i % (rs.flush_min == 0 ? T : rs.records - T);  // pending records, as the ring keeps them
+      cursor[size_t(B + i)] = (7 * i) % rs.records;   // their first
+      flushes[size_t(i)] = ring_flushes(cursor[size_t(i)], T, rs.records, rs.flush_min);
     }
     detail::copy_to_backend(Backend::cuda, ver.accept_len(), accept.data(), accept.size() * sizeof(int32_t));
+    if (s.mode == Mode::replay) {  // the pool's P is B: the cursor's two halves are [B] each
+      detail::copy_to_backend(Backend::cuda, ring.ring_pending, cursor.data(), size_t(B) * sizeof(int32_t));
+      detail::copy_to_backend(Backend::cuda, ring.ring_start, cursor.data() + B, size_t(B) * sizeof(int32_t));
+    }
     if (ver.storage().round_parity != nullptr)
       detail::copy_to_backend(Backend::cuda, ver.storage().round_parity, parity.data(), parity.size() * sizeof(int32_t));
     ver.set_batch(st, slots.data(), B);
@@ -230,24 +245,25 @@ struct Case {
     params = layer_params.front();
     KDA_CUDA_CHECK(cudaStreamSynchronize(stream));
     for (auto [at, n] : {std::pair<void*, size_t>{ver.pool(), ver.pool_bytes()}, {ver.scratch(), ver.scratch_bytes()},
-                         {cache, ver.token_cache_bytes()}, {ver.conv_state(), ver.conv_state_bytes()}}) {
+                         {ring.ring_kg.base, ring_kg_bytes}, {ring.ring_u.base, ring_u_bytes},
+                         {ver.conv_state(), ver.conv_state_bytes()}}) {
       if (n == 0) continue;
       storage.push_back(Region{at, n, Buffer(Backend::cuda, n), Buffer(Backend::cuda, n)});
       KDA_CUDA_CHECK(cudaMemcpyAsync(storage.back().start.as(), at, n, cudaMemcpyDeviceToDevice, stream));
     }
 
-    // SPEC §7's state transfers (replay: the replayed prefix's write back, no post-states), then the
-    // inputs read and the outputs written (replay: the cached tokens read, the new ones written).
-    const double state = double(HV) * K * K * double(es), io = 2.0;
-    double transfers = 0, tokens_io = 0;
+    // SPEC §7's state transfers (replay: the checkpoint, and its write on a flush; no post-states) and
+    // replay's records (the pending ones read, T written: k and g in bf16, u in fp32), then the inputs
+    // read and the outputs written.
+    const double state = double(HV) * K * K * double(es), io = 2.0, record = double(HV) * (2.0 * K * io + 4.0 * K);
+    double transfers = 0, records = 0;
     for (int32_t i = 0; i < B; ++i) {
-      const int32_t a = accept[size_t(i)];
-      transfers += s.mode == Mode::replay ? (a > 0 ? 2 : 1) : 1 + T;
-      tokens_io += s.mode == Mode::replay ? a + T : T;
+      transfers += s.mode == Mode::replay ? 1 + flushes[size_t(i)] : 1 + T;
+      records += s.mode == Mode::replay ? cursor[size_t(i)] + T : 0;
     }
     const double per_token = double(HV) * (4.0 * K + 1.0) * io;  // q, k, v, g, beta of a head, and o
     const double conv_io = s.conv ? double(B) * T * config.conv.channels * io : 0.0;
-    bytes = transfers * state + tokens_io * per_token + conv_io;
+    bytes = transfers * state + records * record + double(B) * T * per_token + conv_io;
   }
 
   // The starting storage back, and the outputs poisoned (NaN bytes), so a run that leaves one unwritten

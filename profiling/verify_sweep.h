@@ -61,7 +61,14 @@ struct SweepShape {
   int32_t value_heads = 16, tokens = 4, batch = 1;
   DType state = DType::f32;
   bool conv = false, tree = false;
+  // Replay's ring (R = 3 T): its flush_min, -1 the default T + 1, 0 a flush every round, 2 T (R - T)
+  // the laziest. The slots' pending records are spread as that ring keeps them.
+  int32_t flush_min = -1;
 };
+
+// The CSV's and the tables' name of a shape's mode: replay with its ring's flushing where it is not
+// the default ("replay-flush0", "replay-lazy").
+std::string mode_label(const SweepShape& s);
 
 // The shapes of a run, by section (profiling/verify_sweep_report.cpp).
 struct SweepGrid {

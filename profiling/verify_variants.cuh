@@ -21,13 +21,11 @@ struct VerifyVariant {
   static constexpr VerifySchedule kSchedule = kSchedule_;
 
   // e.g. "rows64-lanes16-R4-w8-b2": V rows a block, lanes a row, rows a lane group, warps, min blocks an
-  // SM; "-post" for OutputFormula::post_state, "-nostores" and "-prologue" for the probes, "-persistent"
-  // for VerifySchedule::persistent.
+  // SM; "-nostores" and "-prologue" for the probes, "-persistent" for VerifySchedule::persistent.
   static std::string name() {
     std::string n = "rows" + std::to_string(Tile::kTileV) + "-lanes" + std::to_string(Tile::kLanes) + "-R" +
                     std::to_string(Tile::kRows) + "-w" + std::to_string(Tile::kWarps) + "-b" +
                     std::to_string(Tile::kMinBlocksPerSm);
-    if (kFormula == OutputFormula::post_state) n += "-post";
     if (kProbe == VerifyProbe::no_state_stores) n += "-nostores";
     if (kProbe == VerifyProbe::prologue_only) n += "-prologue";
     if (kSchedule == VerifySchedule::persistent) n += "-persistent";

@@ -66,6 +66,7 @@ enum class DeviceErrorCode : uint32_t {
   layer_base_invalid = 4,   // a layer table entry null or not 16-byte aligned: the row is treated as padding
   parent_out_of_range = 5,  // a token tree's parent[t] outside [-1, t) (SPEC §12): read as t - 1 (the chain's)
   path_invalid = 6,         // an accepted path that is not a root-to-node chain of the tree: cut at its first bad node
+  ring_out_of_range = 7,    // a replay ring cursor (ring_pending, ring_start) outside its range: clamped into it
 };
 const char* to_string(DeviceErrorCode c);
 

@@ -22,11 +22,11 @@
 // Programmatic dependent launch (SPEC §5, RoundSpec::pdl, on by default on sm_90 and later): each kernel
 // of a round may start while the kernel before it on the stream is still running. Before its wait on
 // that kernel it reads only what earlier rounds wrote (the seed rows of the pool or scratch, replay's
-// token cache rows, conv state columns, the slots' kept paths of a tree, weights and gate parameters);
+// ring records, conv state columns, the slots' kept paths of a tree, weights and gate parameters);
 // the inputs of this round (q, k, v, g, beta, x, the indices, accept lengths) only after. So does the first kernel of ours after a kernel
 // of the engine's: an engine kernel placed just before a verify_layer, conv_layer, materialize or commit
 // (its projections, its own attention or MoE, a state copy of its own) must not write the state rows,
-// scratch rows, token cache rows or conv state the next operation reads for its batch, or that operation
+// scratch rows, ring records or conv state the next operation reads for its batch, or that operation
 // may read them before the engine's kernel has written them. Writes to that operation's inputs are
 // fine. Where an engine's kernel must write such rows, run the round with pdl = false, or enqueue
 // between the two a kernel that lets its dependents start only after it has waited for that one (or that
@@ -70,12 +70,18 @@ struct SlotStorage {
   StateView pool;             // at least P rows
   StateView scratch;          // at least P * S rows, same dtype as the pool (modes with per-token scratch)
   int32_t* accept_len = nullptr;  // [P] int32
-  // Replay mode (SPEC §3): the token cache, rows slot * 2 + parity in the io dtype, each holding one
-  // round's inputs of T tokens (token_cache_row_elems). Other modes leave it unset.
-  StateView token_cache;
-  // [P] int32, where needs_round_parity(spec): per slot, which of two buffers its last accepted round
-  // wrote: the token cache row (replay) and the conv state's half (fused-accept and replay with a conv).
-  // The accept step flips it; a prefill and materialize set it to 0.
+  // Replay mode (SPEC §3), the corrections ring [TAG_RING_LAYOUT]: row = slot, R records of one
+  // layer. ring_kg holds each record's k [R, H, K] then its g [R, HV, K] in the io dtype
+  // (ring_kg_row_elems), ring_u its u [R, HV, V] in fp32 (ring_u_row_elems). ring_pending [P] counts
+  // the slot's accepted records not yet folded into its checkpoint (pool[slot]), which start at record
+  // ring_start [P]; both int32, 0 after a prefill and materialize. Other modes leave them unset.
+  StateView ring_kg;
+  StateView ring_u;
+  int32_t* ring_pending = nullptr;
+  int32_t* ring_start = nullptr;
+  // [P] int32, where needs_round_parity(spec): per slot, which half of the conv state its last
+  // accepted round wrote (fused-accept and replay with a conv). The accept step flips it; a prefill and
+  // materialize set it to 0.
   int32_t* round_parity = nullptr;
   // The short convolution's state (SPEC §9), present exactly when spec.conv.width > 0. Both in the io
   // dtype, time-major with the C channels of one column contiguous [TAG_CONV_LAYOUT]:
@@ -95,6 +101,10 @@ struct SlotStorage {
   // Optional: where kernels record what only the device can see (device-writable; host-mapped pinned
   // memory lets the host read it without synchronizing).
   DeviceErrorWord* errors = nullptr;
+  // Optional, for measurements: a counter (device-writable, like `errors`) to which the verify, commit
+  // and materialize kernels add the bytes of state and ring records they read and write, as they move
+  // them (the conv state is not counted). Null: nothing is counted, at no cost.
+  uint64_t* bytes_moved = nullptr;
 };
 
 // What every operation of a round agrees on.
@@ -104,6 +114,9 @@ struct RoundSpec {
   DType io_dtype = DType::f32;
   VerifyOptions options;
   Mode mode = Mode::fused_accept;
+  // Replay (SPEC §3): R records a slot and flush_min, both resolved (round_spec fills a config's
+  // defaults): 2 T <= R, 0 <= flush_min <= R - T. Other modes ignore it.
+  ReplayRing ring;
   ConvShape conv;         // the layers' short convolution; width 0: none
   // Programmatic dependent launch of the round's kernels (see the top of this file); false launches each
   // only after the previous one has finished (for A/B runs). Ignored where the device has no PDL.
@@ -111,8 +124,8 @@ struct RoundSpec {
   // SPEC §12: the round's tokens of a row may form a tree (BatchView::parent), and the sampler accepts a
   // root-to-node path (ops::accept_path). Off: every round is a chain, and a batch's parent is refused.
   // With a tree, the verify keeps the states later tokens branch from aside (in fp32), so at most
-  // kMaxCudaTreeTokens tokens on CUDA. Every mode (replay replays the kept path, SlotStorage::
-  // accept_path), with the conv fused in (conv_verify_layer) or not.
+  // kMaxCudaTreeTokens tokens on CUDA. Every mode (replay: the accept step moves the accepted path's
+  // records into place), with the conv fused in (conv_verify_layer) or not.
   bool trees = false;
 };
 
@@ -156,25 +169,28 @@ struct RoundIndices {
   int32_t* seed_accept = nullptr;   // [N] accept_len gathered for the row's slot, -1 padded
   int32_t* write_row = nullptr;     // [N, T] scratch row of each post-state, -1 padded
   int32_t* row_accept = nullptr;    // [N] two-phase: the row's accept length, which the commit reads
-  int32_t* replay_from = nullptr;   // [N] replay: the token cache row of the tokens to replay, else -1
-  int32_t* cache_to = nullptr;      // [N] replay: the token cache row this round's tokens go to, else -1
+  // Replay, the slot's ring as the round found it (ring_pending, ring_start, clamped) and whether this
+  // round flushes; the accept step moves the cursor from them. -1 for padded rows.
+  int32_t* ring_pending = nullptr;  // [N]
+  int32_t* ring_start = nullptr;    // [N]
+  int32_t* ring_flush = nullptr;    // [N] 1: the verify writes its folded state back, the new records restart
   int32_t* row_parity = nullptr;    // [N] round_parity[slot] where the spec needs it, else -1; the accept
                                     // step sets the slot's parity to 1 - row_parity[n]
   int32_t* parent = nullptr;        // [N, T] the checked token tree (SPEC §12): chains when the round has none
 };
 
-// Whether a round keeps SlotStorage::accept_path: token trees in replay (its token cache) or with the
-// conv state's halves (fused accept with a conv).
+// Whether a round keeps SlotStorage::accept_path: token trees with the conv state's halves (fused
+// accept and replay with a conv).
 bool needs_accept_path(const RoundSpec& spec);
 
-// Whether a round keeps SlotStorage::round_parity: replay (its token cache), and the offset-window modes
-// with a conv (the conv state's halves).
+// Whether a round keeps SlotStorage::round_parity: the offset-window modes with a conv (the conv
+// state's halves).
 bool needs_round_parity(const RoundSpec& spec);
 
-// Elements (io dtype) of one token cache row: one round's k, v, g and beta of T tokens,
-// T * (H * K + HV * V + HV * K + HV). Laid out as one input row is: k [T, H, K], v [T, HV, V],
-// g [T, HV, K], beta [T, HV].
-int64_t token_cache_row_elems(const RoundSpec& spec);
+// Elements of one slot's ring rows (replay, [TAG_RING_LAYOUT]): ring_kg, io dtype, R (H K + HV K);
+// ring_u, fp32, R HV V.
+int64_t ring_kg_row_elems(const RoundSpec& spec);
+int64_t ring_u_row_elems(const RoundSpec& spec);
 
 // Elements (io dtype) of one conv state row: 2 (W - 1 + S) columns of C in the offset-window modes
 // (fused-accept, replay: two halves), W - 1 in two-phase. 0 when spec.conv.width is 0.
@@ -273,11 +289,11 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
 // slots' accept lengths and their round parities say it is (the index arrays confirm it after the
 // wait). The kernel enqueued just before the verify may then run while the seed loads: it must not
 // write the state, accept_len, round_parity or the batch the verify reads early.
-// Replay with the gate in the kernel: each row first replays its slot's accepted prefix, cached by an
-// earlier round's verify without its gate, with `in`'s A_log and dt_bias. They must be the ones that
-// round was given, the layer's weights: the operations keep nothing between calls and cannot check it
-// (the Verifier does, Verifier::check_gates). The same holds for conv_verify_layer and for
-// materialize's `gates`.
+// Replay with the gate in the kernel: each row first folds its slot's pending records, whose raw gate
+// an earlier round's verify recorded, with `in`'s A_log and dt_bias. They must be the ones that round
+// was given, the layer's weights: the operations keep nothing between calls and cannot check it (the
+// Verifier does, Verifier::check_gates). The same holds for conv_verify_layer and for materialize's
+// `gates`.
 void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                   int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch = nullptr);
 
@@ -344,14 +360,14 @@ void accept_path(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
 void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
             int32_t rows);
 
-// SPEC §3 materialize: for each of the `count` slots listed in `slots` (backend memory) with
-// accept_len a >= 1, pool[slot] = the state after the accepted prefix, in every layer, then
-// accept_len[slot] = 0. Fused-accept copies scratch row slot*S + a - 1; replay applies the a cached
-// tokens to the pool, which needs each layer's gate parameters when the gate is in the kernel: `gates`
-// [L] (host array of backend pointers), those the prefix was verified with (verify_layer); else
-// unused. With a conv (fused-accept, replay) the window moves to columns [0, W - 1) (half 0's base)
-// first. round_parity[slot], where kept, is reset to 0 with accept_len. Entries outside [0, P) are
-// skipped and recorded.
+// SPEC §3 materialize: for each of the `count` slots listed in `slots` (backend memory), pool[slot] =
+// the slot's latest state, in every layer. Fused-accept copies scratch row slot*S + a - 1 (a =
+// accept_len[slot] >= 1); replay folds the slot's pending records into its checkpoint, which needs each
+// layer's gate parameters when the gate is in the kernel: `gates` [L] (host array of backend pointers),
+// those the records were verified with (verify_layer); else unused. With a conv (fused-accept, replay)
+// the window moves to columns [0, W - 1) (half 0's base) first. Then accept_len[slot] = 0, and
+// round_parity, ring_pending and ring_start, where kept, 0. Entries outside [0, P) are skipped and
+// recorded.
 void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const int32_t* slots,
                  int32_t count, const GateParams* gates = nullptr);
 

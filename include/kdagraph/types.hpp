@@ -32,7 +32,9 @@ struct ModePolicy {
   bool seed_from_scratch = false;  // accept_len a >= 1 names the seed: scratch row slot*S + a - 1
   bool accept_sets_slot = false;   // accept writes accept_len[slot]; otherwise a per-row record
   bool commit = false;             // a commit copies the accepted post-state into the pool, every layer
-  bool token_cache = false;        // verify replays the cached accepted prefix onto the pool first
+  // A checkpoint a slot and a ring of (k, g, u) records (SPEC §3 replay): verify folds the pending
+  // records into the checkpoint first and appends the new tokens' records; accept moves the cursor.
+  bool ring = false;
   // The short convolution's window (SPEC §9): at column max(a - 1, 0) of the conv state, advanced in
   // place; otherwise at column 0, each token's window to a conv scratch and the commit copies one back.
   bool conv_offset_window = false;
@@ -47,9 +49,9 @@ constexpr ModePolicy mode_policy(Mode m) {
   return ModePolicy{};  // not a Mode: needs nothing, and validation refuses it
 }
 
-// State-sized transfers per round, layer and value head (SPEC §7): what a benchmark divides by its time.
-// two-phase: 1 + T in verify and 2 in the commit; fused-accept: 1 + T; replay: the pool read and the
-// write-back of the replayed state (1 when nothing was accepted, a = 0).
+// State-sized transfers per round, layer and value head (SPEC §7), at most: what a benchmark divides
+// by its time. two-phase: 1 + T in verify and 2 in the commit; fused-accept: 1 + T; replay: the
+// checkpoint read, and its write on a flush round (records come on top, ReplayRing).
 constexpr int64_t state_transfers_per_round(Mode m, int32_t tokens) {
   switch (m) {
     case Mode::two_phase: return 1 + int64_t(tokens) + 2;
@@ -58,6 +60,14 @@ constexpr int64_t state_transfers_per_round(Mode m, int32_t tokens) {
   }
   return 0;
 }
+
+// Replay's corrections ring (SPEC §3): R records a slot, layer and head; a verify writes its folded
+// state back to the checkpoint (a flush) when the slot's pending records number at least flush_min, or
+// when the ring could not hold another round's (pending + T > R - T). 2T <= R, 0 <= flush_min <= R - T.
+struct ReplayRing {
+  int32_t records = 0;    // R; 0 in a config: the default, 3 T
+  int32_t flush_min = -1; // -1 in a config: the default, T + 1 (0: flush every round)
+};
 
 // SPEC §1, gate in kernel.
 enum class GateMode : int32_t {

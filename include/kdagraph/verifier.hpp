@@ -32,6 +32,9 @@ struct VerifierConfig {
   DType io_dtype = DType::f32;
   VerifyOptions options;
   Mode mode = Mode::fused_accept;
+  // Replay's corrections ring (SPEC §3): R records a slot (0: 3 T) and flush_min (-1: T + 1, or R - T
+  // where that is less). The GPU sweep times the choices.
+  ReplayRing ring;
   // The layers' short convolution (SPEC §9); width 0: none. With one, the Verifier also owns the conv
   // state (and in two-phase the conv scratch), a prefill takes the last W - 1 inputs, and each layer's
   // conv runs with its verify.
@@ -46,10 +49,16 @@ struct VerifierConfig {
   // build reads (set_tree from the host, or written on the device through batch_buffers().parent), and
   // rounds accept root-to-node paths (enqueue_accept_path). It starts as chains.
   bool trees = false;
+  // Count the bytes of state and ring records the round's kernels move (SlotStorage::bytes_moved,
+  // Verifier::bytes_moved): one atomic add per unit of work, for measurements.
+  bool count_bytes = false;
 };
 
 // Throws InvalidArgument naming the first bad field (SPEC §6).
 void validate(const VerifierConfig& config);
+
+// A config's ring with its defaults filled in for T = `tokens` (VerifierConfig::ring).
+ReplayRing resolved_ring(const ReplayRing& ring, int32_t tokens);
 
 // What the operations of the Verifier's rounds agree on (the spec its ops calls carry).
 RoundSpec round_spec(const VerifierConfig& config);
@@ -77,8 +86,10 @@ class Verifier {
   size_t slot_state_bytes() const;  // one slot, one layer: HV * V * K * state dtype size
   size_t row_stride_bytes() const;
   size_t pool_bytes() const;
-  size_t scratch_bytes() const;      // 0 in replay mode, which keeps no per-token states
-  size_t token_cache_bytes() const;  // replay mode: [L, 2 P] rows of one round's inputs; 0 otherwise
+  size_t scratch_bytes() const;  // 0 in replay mode, which keeps no per-token states
+  // Replay mode: the ring's records ([L, P] rows of R records, include/kdagraph/ops.hpp SlotStorage)
+  // and its cursor ([P] ring_pending and ring_start); 0 otherwise.
+  size_t ring_bytes() const;
   // The conv state [L, P, rows] and conv scratch [L, P * S, rows] (two-phase) in the io dtype, time-major
   // rows (include/kdagraph/ops.hpp, SlotStorage: two halves in the offset-window modes); nullptr and 0
   // without a conv.
@@ -125,8 +136,8 @@ class Verifier {
   // With a conv: the short convolution of layer `layer` with the indices of the last enqueue_indices,
   // writing the segments of `in` (conv_into_verify_inputs: the q, k and v its verify reads).
   void enqueue_conv(const Stream& s, int32_t layer, const ConvLayerInputs& in, int32_t rows);
-  // Verifies layer `layer` with the indices of the last enqueue_indices. In replay mode it first replays
-  // each row's accepted prefix with `in`'s gate parameters (check_gates).
+  // Verifies layer `layer` with the indices of the last enqueue_indices. In replay mode it first folds
+  // each row's pending records with `in`'s gate parameters (check_gates).
   void enqueue_verify(const Stream& s, int32_t layer, const LayerInputs& in, int32_t rows);
   // With a conv: layer `layer`'s conv and verify in one kernel (ops::conv_verify_layer): `conv` gives x,
   // weight and bias, `in` g, beta, o and the gate parameters; q, k and v are not written.
@@ -156,14 +167,14 @@ class Verifier {
   // with a conv its accepted window into the conv state, in one more).
   void enqueue_commit(const Stream& s, int32_t rows);
   // SPEC §3 materialize: for each listed slot with accept_len a >= 1, pool[slot] = its state after the
-  // accepted prefix (fused-accept: scratch row a - 1; replay: the a cached tokens applied), every layer,
+  // accepted prefix (fused-accept: scratch row a - 1; replay: the pending records folded), every layer,
   // with a conv its window moved to column 0, then accept_len = 0. `slots` is host memory, validated (in
   // range, no repeats). With the gate in the kernel, replay uses the A_log and dt_bias each layer's last
   // verify was given (check_gates).
   void enqueue_materialize(const Stream& s, const int32_t* slots, int32_t count);
 
-  // Replay mode with the gate in the kernel (SPEC §3): the accepted prefix a verify replays was cached by
-  // an earlier round, without its gate: the verify that replays it applies its own A_log and dt_bias, and
+  // Replay mode with the gate in the kernel (SPEC §3): the records a verify folds hold the raw gate an
+  // earlier round was given, not its decay: the verify that folds them applies its own A_log and dt_bias, and
   // materialize those of each layer's last verify. So they are the layer's weights and must not change
   // between rounds, neither their values nor where they are. Throws InvalidArgument naming A_log or
   // dt_bias (with the layer and both addresses) when `in`'s differ from those of layer `layer`'s last
@@ -182,6 +193,10 @@ class Verifier {
   // care about has completed (e.g. after your end-of-round event) to see that work's errors.
   DeviceErrorWord device_errors() const;
   void clear_device_errors();
+  // With config().count_bytes: the bytes of state and ring records moved since the last clear (a plain
+  // read of host-mapped memory, like device_errors); 0 without.
+  uint64_t bytes_moved() const;
+  void clear_bytes_moved();
 
   // Device pointers the graph runner and tests address (backend memory).
   struct BatchBuffers {

@@ -27,12 +27,16 @@ are plain memory to kdagraph: it has no autograd, and its outputs do not require
 stream of the arrays' framework when it is imported (torch's for torch tensors, cupy's
 ``cupy.cuda.get_current_stream()`` for cupy arrays), else stream 0.
 
-In replay mode with the gate in the kernel, ``A_log`` and ``dt_bias`` are the layer's weights: a round
-replays each slot's accepted prefix, cached by an earlier round without its gate, with its own gate
-arrays, so they must not change between rounds (neither their values nor where they are). ``Verifier``
-and ``GraphRunner`` refuse a round whose gate arrays for a layer are not the previous round's
-(``InvalidArgument`` naming ``A_log`` or ``dt_bias``) until every slot has been materialized or prefilled,
-and for good once a graph was captured; the ops keep nothing between calls and cannot check it.
+Replay mode (SPEC §3) keeps per slot one checkpoint (its pool row) and a ring of records of the tokens
+it accepted since (``Verifier(ring_records=, flush_min=)`` and ``RoundSpec`` the same; ``SlotStorage``'s
+``ring_kg``, ``ring_u``, ``ring_pending`` and ``ring_start``): a round first folds each slot's pending
+records into the checkpoint's state, bitwise the state fused accept would have kept. With the gate in
+the kernel, ``A_log`` and ``dt_bias`` are the layer's weights: the records hold the raw gate an earlier
+round was given, and a round folds them with its own gate arrays, so they must not change between
+rounds (neither their values nor where they are). ``Verifier`` and ``GraphRunner`` refuse a round whose
+gate arrays for a layer are not the previous round's (``InvalidArgument`` naming ``A_log`` or
+``dt_bias``) until every slot has been materialized or prefilled, and for good once a graph was
+captured; the ops keep nothing between calls and cannot check it.
 
 The drop-ins and the ops record what only the device sees in one device error word per backend
 (``device_errors``). On CUDA it is host-mapped memory that the first call needing it allocates; that call

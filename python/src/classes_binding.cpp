@@ -183,14 +183,14 @@ struct PyRunner {
 void bind_classes(nb::module_& m) {
   nb::class_<PyVerifier>(m, "Verifier",
                          "The verify round of every KDA layer, owning its storage (SPEC §2-§4): pool [L, P, HV, V, K], "
-                         "scratch, accept lengths, index and batch buffers")
+                         "scratch (replay: the ring of records), accept lengths, index and batch buffers")
       .def(
           "__init__",
           [](PyVerifier* self, const std::string& backend, int32_t layers, int32_t heads, int32_t value_heads,
              int32_t head_k, int32_t head_v, int32_t slots, int32_t scratch_steps, int32_t max_rows, int32_t tokens,
              const std::string& io_dtype, const std::string& state_dtype, nb::handle mode, bool l2norm_qk,
-             nb::handle scale, const std::string& gate, float lower_bound, bool beta_is_logit, int32_t conv_width,
-             nb::handle conv_activation, bool pdl, bool trees) {
+             nb::handle scale, const std::string& gate, float lower_bound, bool beta_is_logit, int32_t ring_records,
+             int32_t flush_min, int32_t conv_width, nb::handle conv_activation, bool pdl, bool trees, bool count_bytes) {
             VerifierConfig c;
             c.backend = backend_from(backend);
             c.model = ModelShape{layers, heads, value_heads, head_k, head_v};
@@ -200,25 +200,33 @@ void bind_classes(nb::module_& m) {
             c.io_dtype = dtype_from(io_dtype, "io_dtype");
             c.mode = mode_from(mode);
             c.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
+            c.ring = ReplayRing{ring_records, flush_min};
             c.conv = conv_shape(c.model, conv_width, conv_activation);
             c.pdl = pdl;
             c.trees = trees;
+            c.count_bytes = count_bytes;
             new (self) PyVerifier{std::make_unique<Verifier>(c)};
           },
           nb::kw_only(), "backend"_a = "cpu", "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a,
           "slots"_a, "scratch_steps"_a, "max_rows"_a, "tokens"_a, "io_dtype"_a = "float32", "state_dtype"_a = "float32",
           "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(), "gate"_a = "precomputed",
-          "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "conv_width"_a = 0, "conv_activation"_a.none() = "silu",
-          "pdl"_a = true, "trees"_a = false,
+          "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "ring_records"_a = 0, "flush_min"_a = -1,
+          "conv_width"_a = 0, "conv_activation"_a.none() = "silu", "pdl"_a = true, "trees"_a = false,
+          "count_bytes"_a = false,
+          "ring_records, flush_min: replay's corrections ring (SPEC §3): R records a slot (0: the default 3 T) and the "
+          "pending records at which a verify writes its folded state back to the slot's checkpoint, its pool row "
+          "(-1: the default min(T + 1, R - T); 0 flushes every round); 2 T <= R and 0 <= flush_min <= R - T, else "
+          "InvalidArgument naming ring.records or ring.flush_min. Other modes ignore them. "
           "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4 over C = 2 H K + HV V channels, "
           "conv_activation 'silu' or 'none' ('linear', None). With a conv the Verifier also owns the conv state, a "
           "prefill takes each layer's window, and a GraphRunner's inputs carry x, weight (and bias). pdl: "
           "programmatic dependent launch of every kernel of its rounds, graphs included, on sm_90 and later "
-          "(SPEC §5); False for A/B runs. trees: token trees (SPEC §12, fused-accept and two-phase): each row's "
+          "(SPEC §5); False for A/B runs. trees: token trees (SPEC §12, every mode): each row's "
           "T tokens form the tree set_tree gives (chains until then), read on the device inside the round, so "
           "one captured graph per bucket serves any tree; rounds accept root-to-node paths "
           "(accept_path_from_host, GraphRunner.accept_path). With a conv, the conv and the verify of a tree run "
-          "as two kernels; on CUDA at most 16 tokens.")
+          "as two kernels; on CUDA at most 16 tokens. count_bytes: the round's kernels count the bytes of state "
+          "and ring records they move (bytes_moved), for measurements.")
       .def_prop_ro("pdl", [](const PyVerifier& v) { return v.cfg().pdl; })
       .def_prop_ro("trees", [](const PyVerifier& v) { return v.cfg().trees; }, "Token trees (SPEC §12)")
       .def_prop_ro("backend", [](const PyVerifier& v) { return std::string(to_string(v.cfg().backend)); })
@@ -227,6 +235,15 @@ void bind_classes(nb::module_& m) {
       .def_prop_ro("max_rows", [](const PyVerifier& v) { return v.cfg().max_rows; })
       .def_prop_ro("slots", [](const PyVerifier& v) { return v.cfg().pool.slots; })
       .def_prop_ro("batch_size", [](const PyVerifier& v) { return v.verifier->batch_size(); })
+      .def_prop_ro("ring_records", [](const PyVerifier& v) { return v.verifier->spec().ring.records; },
+                   "Replay: R, the ring's records a slot (the default filled in)")
+      .def_prop_ro("flush_min", [](const PyVerifier& v) { return v.verifier->spec().ring.flush_min; },
+                   "Replay: the pending records at which a verify flushes (the default filled in)")
+      .def_prop_ro("ring_bytes", [](const PyVerifier& v) { return v.verifier->ring_bytes(); },
+                   "Replay: the bytes of the ring's records and cursor, every layer; 0 in the other modes")
+      .def_prop_ro("scratch_bytes", [](const PyVerifier& v) { return v.verifier->scratch_bytes(); },
+                   "The bytes of the per-token scratch, every layer; 0 in replay")
+      .def_prop_ro("count_bytes", [](const PyVerifier& v) { return v.cfg().count_bytes; })
       .def_prop_ro("conv_width", [](const PyVerifier& v) { return v.cfg().conv.width; }, "0: no conv")
       .def_prop_ro("conv_channels", [](const PyVerifier& v) { return v.cfg().conv.channels; })
       .def_prop_ro("conv_activation", [](const PyVerifier& v) { return std::string(conv_activation_name(v.cfg().conv.activation)); })
@@ -275,6 +292,16 @@ void bind_classes(nb::module_& m) {
             return v.view(self, v.verifier->accept_len(), {size_t(v.cfg().pool.slots)}, Elem::i32);
           },
           "accept_len [P] int32, zero-copy")
+      .def_prop_ro(
+          "ring_pending",
+          [](nb::handle self) -> nb::object {
+            const PyVerifier& v = nb::cast<const PyVerifier&>(self);
+            if (!mode_policy(v.cfg().mode).ring) return nb::none();
+            return v.view(self, v.verifier->storage().ring_pending, {size_t(v.cfg().pool.slots)}, Elem::i32);
+          },
+          "Replay: ring_pending [P] int32, zero-copy, each slot's accepted records not yet folded into its "
+          "checkpoint (SPEC §3's hist; the accept step writes it, a flush round restarting it at a); None in the "
+          "other modes")
       .def(
           "prefill",
           [](PyVerifier& v, int32_t slot, nb::handle states, nb::handle stream, nb::handle conv_window) {
@@ -287,7 +314,8 @@ void bind_classes(nb::module_& m) {
             else v.verifier->enqueue_prefill(s, slot, a.data, w.data);
           },
           "slot"_a, "states"_a, "stream"_a.none() = nb::none(), nb::kw_only(), "conv_window"_a.none() = nb::none(),
-          "A request joins: pool[l][slot] = states[l] ([L, HV, V, K], state dtype), accept_len[slot] = 0; with a conv, "
+          "A request joins: pool[l][slot] = states[l] ([L, HV, V, K], state dtype), accept_len[slot] = 0 (replay: its "
+          "ring emptied); with a conv, "
           "conv_window [L, W - 1, C] (io dtype, where states is) holds each layer's last W - 1 inputs, oldest first, "
           "and is required. From host memory it returns when done; from device memory it is stream-ordered.")
       .def(
@@ -300,7 +328,8 @@ void bind_classes(nb::module_& m) {
             v.verifier->read_pool(s, slot, a.data);
           },
           "slot"_a, "out"_a, "stream"_a.none() = nb::none(),
-          "Copies pool[l][slot] of every layer into `out` (host [L, HV, V, K]); materialize first in fused-accept mode.")
+          "Copies pool[l][slot] of every layer into `out` (host [L, HV, V, K]); materialize first in fused-accept and "
+          "replay mode (replay's pool row is the checkpoint, before the slot's pending records).")
       .def(
           "read_conv_window",
           [](PyVerifier& v, int32_t slot, nb::handle out, nb::handle stream) {
@@ -388,8 +417,10 @@ void bind_classes(nb::module_& m) {
             nb::gil_scoped_release release;
             v.verifier->enqueue_materialize(st, s.data(), int32_t(s.size()));
           },
-          "slots"_a, "stream"_a.none() = nb::none(), "SPEC §3 materialize of the listed slots (host list); replay with the gate in the kernel applies the "
-          "pending prefixes with the A_log and dt_bias of each layer's last round.")
+          "slots"_a, "stream"_a.none() = nb::none(),
+          "SPEC §3 materialize of the listed slots (host list): pool[slot] = its latest state, accept_len = 0. Replay "
+          "folds the slot's pending records into its checkpoint, with the gate in the kernel with the A_log and dt_bias "
+          "of each layer's last round.")
       .def("device_errors",
            [](const PyVerifier& v) {
              const DeviceErrorWord w = v.verifier->device_errors();
@@ -400,7 +431,11 @@ void bind_classes(nb::module_& m) {
              d["count"] = w.count;
              return d;
            })
-      .def("clear_device_errors", [](PyVerifier& v) { v.verifier->clear_device_errors(); });
+      .def("clear_device_errors", [](PyVerifier& v) { v.verifier->clear_device_errors(); })
+      .def("bytes_moved", [](const PyVerifier& v) { return v.verifier->bytes_moved(); },
+           "With count_bytes: the bytes of state and ring records the kernels moved since the last "
+           "clear_bytes_moved (a plain read, like device_errors: read it once the work has completed); 0 without")
+      .def("clear_bytes_moved", [](PyVerifier& v) { v.verifier->clear_bytes_moved(); });
 
   nb::class_<PyRunner>(m, "GraphRunner",
                        "Bucketed graphs of a Verifier's whole round (SPEC §5); on the CPU, the graph twin. `inputs`: one "
@@ -409,9 +444,10 @@ void bind_classes(nb::module_& m) {
                        "weight [C, W] and optionally bias [C] (float32): each layer's conv reads x and writes q, k and v "
                        "before its verify (SPEC §9). The graphs point at these arrays, so they must stay where they are. In replay "
                        "mode with the gate in the kernel, A_log and dt_bias are the layer's weights, with which each round "
-                       "replays the slots' pending prefixes: a round (or capture) whose gate arrays differ from the verifier's "
-                       "last round's, another runner's say, is refused (InvalidArgument naming A_log or dt_bias) until every "
-                       "slot has been materialized or prefilled, and for good once a graph was captured.")
+                       "folds the slots' pending records: a round (or capture) whose gate arrays differ from the "
+                       "verifier's last round's, another runner's say, is refused (InvalidArgument naming A_log or "
+                       "dt_bias) until every slot has been materialized or prefilled, and for good once a graph was "
+                       "captured.")
       .def(
           "__init__",
           [](PyRunner* self, nb::handle verifier, nb::handle inputs, std::optional<std::vector<int32_t>> buckets,

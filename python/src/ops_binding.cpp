@@ -15,7 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "graph/validate.h"
 #include "kdagraph/ops.hpp"
+#include "kdagraph/verifier.hpp"
 #include "kernels/memory.h"
 #include "python/src/binding.h"
 
@@ -245,9 +247,15 @@ struct PySpec {
   RoundSpec spec;
 };
 
-// What one row of a per-slot buffer holds: a slot's state [HV, V, K] (pool, scratch), or flat rows of io
-// elements (the token cache, the conv state and scratch), given as [stride] with stride >= row_elems
-// (a 16-byte multiple, which the library checks) or, where `columns` is set, compact as [columns, C].
+// A compact row stride: `elems` of `dtype` rounded up to 16 bytes (SPEC §10).
+int64_t row_stride_16(int64_t elems, DType dtype) {
+  const int64_t per16 = 16 / int64_t(dtype_size(dtype));
+  return (elems + per16 - 1) / per16 * per16;
+}
+
+// What one row of a per-slot buffer holds: a slot's state [HV, V, K] (pool, scratch), or flat rows of
+// `elem` (replay's ring, the conv state and scratch), given as [stride] with stride >= row_elems (a
+// 16-byte multiple, which the library checks) or, where `columns` is set, compact as [columns, C].
 struct RowForm {
   bool state = true;
   Elem elem = Elem::f32;
@@ -285,6 +293,10 @@ int64_t row_stride_of(const Array& a, const RoundSpec& spec, const RowForm& form
               std::to_string(form.channels) + "]";
     throw InvalidArgument(a.name, a.name + " has shape " + a.shape_string() + "; expected " + want);
   }
+  if (flat && a.shape.back() < form.row_elems)
+    throw InvalidArgument(a.name, a.name + " has shape " + a.shape_string() + "; its rows hold " +
+                                      std::to_string(a.shape.back()) + " elements, fewer than the " +
+                                      std::to_string(form.row_elems) + " of one row");
   return flat ? a.shape.back() : form.columns * form.channels;
 }
 
@@ -329,14 +341,14 @@ Elem io_elem(const RoundSpec& spec) { return elem_of(spec.io_dtype); }
 // The caller's per-slot storage (SPEC §2, §9) as the ops see it; it keeps the arrays alive.
 struct PyStorage {
   RoundSpec spec;
-  LayerStates pool, scratch, cache, conv_state, conv_scratch;
-  Array accept_len, round_parity, accept_path;
+  LayerStates pool, scratch, ring_kg, ring_u, conv_state, conv_scratch;
+  Array accept_len, ring_pending, ring_start, round_parity, accept_path;
   SlotStorage storage;
   Backend backend = Backend::cpu;
 
   PyStorage(const PySpec& sp, nb::handle pool_, nb::handle accept_len_, int32_t scratch_steps, nb::handle scratch_,
-            nb::handle token_cache_, nb::handle round_parity_, nb::handle conv_state_, nb::handle conv_scratch_,
-            nb::handle accept_path_)
+            nb::handle ring_kg_, nb::handle ring_u_, nb::handle ring_pending_, nb::handle ring_start_,
+            nb::handle round_parity_, nb::handle conv_state_, nb::handle conv_scratch_, nb::handle accept_path_)
       : spec(sp.spec) {
     const RowForm state_row{true, Elem::f32, int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k};
     pool = layer_states(pool_, "pool", spec, state_row);
@@ -359,26 +371,57 @@ struct PyStorage {
       require_same_place(scratch.arrays[0], pool.arrays[0]);
       storage.scratch = scratch.view;
     }
-    if (policy.token_cache) {
-      if (token_cache_.is_none())
-        throw InvalidArgument("token_cache", "replay mode needs token_cache [L, 2 P, token_cache_row_elems]");
-      cache = layer_states(token_cache_, "token_cache", spec, RowForm{false, io_elem(spec), token_cache_row_elems(spec)});
-      require_same_place(cache.arrays[0], pool.arrays[0]);
-      storage.token_cache = cache.view;
-    }
+    take_ring(policy, ring_kg_, ring_u_, ring_pending_, ring_start_);
     if (needs_round_parity(spec)) {
       if (round_parity_.is_none())
         throw InvalidArgument("round_parity", std::string("round_parity is None: mode ") + to_string(spec.mode) +
-                                                  (policy.token_cache ? "" : " with a conv") +
-                                                  " keeps a parity [P] int32 per slot (0 after a prefill)");
-      round_parity = take(round_parity_, "round_parity");
-      require_elem(round_parity, {Elem::i32});
-      require_shape(round_parity, {storage.slots});
-      require_same_place(round_parity, pool.arrays[0]);
+                                                  " with a conv keeps a parity [P] int32 per slot (0 after a prefill)");
+      round_parity = slot_ints(round_parity_, "round_parity");
       storage.round_parity = round_parity.as<int32_t>();
     }
     take_conv(policy, conv_state_, conv_scratch_);
     take_accept_path(accept_path_);
+  }
+
+  // SPEC §3 replay's corrections ring, exactly in replay mode: the records ring_kg [L, rows, stride >=
+  // R (H K + HV K)] in the io dtype and ring_u [L, rows, stride >= R HV V] in float32 (or lists of L
+  // arrays), and the cursor ring_pending and ring_start [P] int32 (0 after a prefill).
+  void take_ring(const ModePolicy& policy, nb::handle ring_kg_, nb::handle ring_u_, nb::handle ring_pending_,
+                 nb::handle ring_start_) {
+    const std::pair<nb::handle, const char*> args[] = {
+        {ring_kg_, "ring_kg"}, {ring_u_, "ring_u"}, {ring_pending_, "ring_pending"}, {ring_start_, "ring_start"}};
+    if (!policy.ring) {
+      for (auto [obj, name] : args)
+        if (!obj.is_none())
+          throw InvalidArgument(name, std::string(name) + " is given, but mode " + to_string(spec.mode) +
+                                          " keeps no ring (replay does)");
+      return;
+    }
+    const std::string records = "R = " + std::to_string(spec.ring.records) + " records";
+    for (auto [obj, name] : args)
+      if (obj.is_none())
+        throw InvalidArgument(name, std::string(name) + " is None: replay keeps a ring of " + records +
+                                        " a slot: ring_kg [L, P, ring_kg_row_stride] (io dtype), ring_u [L, P, "
+                                        "ring_u_row_stride] (float32), ring_pending and ring_start [P] int32");
+    ring_kg = layer_states(ring_kg_, "ring_kg", spec, RowForm{false, io_elem(spec), ring_kg_row_elems(spec)});
+    require_same_place(ring_kg.arrays[0], pool.arrays[0]);
+    storage.ring_kg = ring_kg.view;
+    ring_u = layer_states(ring_u_, "ring_u", spec, RowForm{false, Elem::f32, ring_u_row_elems(spec)});
+    require_same_place(ring_u.arrays[0], pool.arrays[0]);
+    storage.ring_u = ring_u.view;
+    ring_pending = slot_ints(ring_pending_, "ring_pending");
+    storage.ring_pending = ring_pending.as<int32_t>();
+    ring_start = slot_ints(ring_start_, "ring_start");
+    storage.ring_start = ring_start.as<int32_t>();
+  }
+
+  // A per-slot array [P] int32 beside the pool.
+  Array slot_ints(nb::handle obj, const char* name) const {
+    Array a = take(obj, name);
+    require_elem(a, {Elem::i32});
+    require_shape(a, {storage.slots});
+    require_same_place(a, pool.arrays[0]);
+    return a;
   }
 
   // SPEC §12: each slot's accepted path [P, T] int32, exactly where needs_accept_path(spec).
@@ -386,12 +429,13 @@ struct PyStorage {
     if (!needs_accept_path(spec)) {
       if (!accept_path_.is_none())
         throw InvalidArgument("accept_path", "accept_path is given, but the spec keeps no accepted path (it is kept "
-                                             "with trees and a conv in fused-accept mode)");
+                                             "with trees and a conv in fused-accept and replay)");
       return;
     }
     if (accept_path_.is_none())
-      throw InvalidArgument("accept_path", "accept_path is None: with trees and a conv, fused-accept keeps each slot's "
-                                           "accepted path, [P, T = " + std::to_string(spec.tokens) + "] int32");
+      throw InvalidArgument("accept_path", std::string("accept_path is None: with trees and a conv, ") +
+                                               to_string(spec.mode) + " keeps each slot's accepted path, [P, T = " +
+                                               std::to_string(spec.tokens) + "] int32");
     accept_path = take(accept_path_, "accept_path");
     require_elem(accept_path, {Elem::i32});
     require_shape(accept_path, {storage.slots, spec.tokens});
@@ -520,14 +564,16 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](PySpec* self, int32_t layers, int32_t heads, int32_t value_heads, int32_t head_k, int32_t head_v,
              int32_t tokens, const std::string& io_dtype, nb::handle mode, bool l2norm_qk, nb::handle scale,
-             const std::string& gate, float lower_bound, bool beta_is_logit, int32_t conv_width,
-             nb::handle conv_activation, bool pdl, bool trees) {
+             const std::string& gate, float lower_bound, bool beta_is_logit, int32_t ring_records, int32_t flush_min,
+             int32_t conv_width, nb::handle conv_activation, bool pdl, bool trees) {
             RoundSpec spec;
             spec.model = ModelShape{layers, heads, value_heads, head_k, head_v};
             spec.tokens = tokens;
             spec.io_dtype = dtype_from(io_dtype, "io_dtype");
             spec.mode = mode_from(mode);
             spec.options = verify_options(l2norm_qk, scale, gate_from(gate), lower_bound, beta_is_logit);
+            spec.ring = resolved_ring(ReplayRing{ring_records, flush_min}, tokens);
+            if (mode_policy(spec.mode).ring) detail::validate_ring("RoundSpec", "ring", spec.ring, tokens);
             spec.conv = conv_shape(spec.model, conv_width, conv_activation);
             spec.pdl = pdl;
             spec.trees = trees;
@@ -535,20 +581,27 @@ void bind_ops(nb::module_& m) {
           },
           nb::kw_only(), "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a, "tokens"_a,
           "io_dtype"_a = "float32", "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(),
-          "gate"_a = "precomputed", "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "conv_width"_a = 0,
-          "conv_activation"_a.none() = "silu", "pdl"_a = true, "trees"_a = false,
+          "gate"_a = "precomputed", "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "ring_records"_a = 0,
+          "flush_min"_a = -1, "conv_width"_a = 0, "conv_activation"_a.none() = "silu", "pdl"_a = true, "trees"_a = false,
+          "ring_records, flush_min: replay's corrections ring (SPEC §3), R records a slot (0: the default 3 T) and "
+          "the pending records at which a verify writes its folded state back to the checkpoint (-1: the default "
+          "min(T + 1, R - T); 0 flushes every round); 2 T <= R and 0 <= flush_min <= R - T, else InvalidArgument "
+          "naming ring.records or ring.flush_min. Other modes ignore them. "
           "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4, over C = 2 H K + HV V channels; "
           "conv_activation 'silu' or 'none' ('linear', None). pdl: programmatic dependent launch of the round's "
           "kernels on sm_90 and later (SPEC §5; an engine kernel just before one of them must not write the state "
           "rows it reads); False launches each after the previous one has finished. trees: token trees (SPEC §12, "
-          "fused-accept and two-phase): build_indices takes each row's tree (parent), accept_path the sampler's "
-          "root-to-node paths; with a conv, conv_layer then verify_layer (conv_verify_layer refuses trees), and "
-          "in fused-accept the storage keeps each slot's accepted path (SlotStorage accept_path).")
+          "every mode): build_indices takes each row's tree (parent), accept_path the sampler's root-to-node "
+          "paths; with a conv, conv_layer then verify_layer (conv_verify_layer refuses trees), and in fused-accept "
+          "and replay the storage keeps each slot's accepted path (SlotStorage accept_path).")
       .def_prop_ro("pdl", [](const PySpec& s) { return s.spec.pdl; })
       .def_prop_ro("trees", [](const PySpec& s) { return s.spec.trees; }, "Token trees (SPEC §12)")
       .def_prop_ro("keeps_accept_path", [](const PySpec& s) { return needs_accept_path(s.spec); },
                    "Whether a SlotStorage of this spec takes accept_path [P, T] int32 (trees with the conv state's "
-                   "halves: fused-accept with a conv)")
+                   "halves: fused-accept or replay with a conv)")
+      .def_prop_ro("keeps_round_parity", [](const PySpec& s) { return needs_round_parity(s.spec); },
+                   "Whether a SlotStorage of this spec takes round_parity [P] int32 (the conv state's halves: "
+                   "fused-accept or replay with a conv)")
       .def_prop_ro("layers", [](const PySpec& s) { return s.spec.model.layers; })
       .def_prop_ro("tokens", [](const PySpec& s) { return s.spec.tokens; })
       .def_prop_ro("mode", [](const PySpec& s) { return s.spec.mode; })
@@ -560,29 +613,43 @@ void bind_ops(nb::module_& m) {
            "Elements of one conv state row: 2 (W - 1 + S) C in fused-accept and replay (two halves), (W - 1) C in two-phase")
       .def_prop_ro("conv_scratch_row_elems", [](const PySpec& s) { return conv_scratch_row_elems(s.spec); },
                    "Elements of one conv scratch row (two-phase): (W - 1) * C")
-      .def_prop_ro("token_cache_row_elems", [](const PySpec& s) { return token_cache_row_elems(s.spec); },
-                   "Elements of one token cache row (replay); a row stride rounds it up to 16 bytes")
+      .def_prop_ro("ring_records", [](const PySpec& s) { return s.spec.ring.records; },
+                   "Replay: R, the ring's records a slot (the default filled in)")
+      .def_prop_ro("flush_min", [](const PySpec& s) { return s.spec.ring.flush_min; },
+                   "Replay: the pending records at which a verify flushes (the default filled in)")
+      .def_prop_ro("ring_kg_row_elems", [](const PySpec& s) { return ring_kg_row_elems(s.spec); },
+                   "Elements (io dtype) of one slot's ring_kg row (replay): R (H K + HV K), the records' k [R, H, K] "
+                   "then their g [R, HV, K]; a row stride rounds it up to 16 bytes")
+      .def_prop_ro("ring_u_row_elems", [](const PySpec& s) { return ring_u_row_elems(s.spec); },
+                   "Elements (float32) of one slot's ring_u row (replay): R HV V, each record's u")
       .def_prop_ro(
-          "token_cache_row_stride",
-          [](const PySpec& s) {
-            const int64_t per16 = 16 / int64_t(dtype_size(s.spec.io_dtype));
-            return (token_cache_row_elems(s.spec) + per16 - 1) / per16 * per16;
-          },
-          "The last extent of a compact token cache [L, 2 P, stride]");
+          "ring_kg_row_stride", [](const PySpec& s) { return row_stride_16(ring_kg_row_elems(s.spec), s.spec.io_dtype); },
+          "The last extent of a compact ring_kg [L, P, stride]")
+      .def_prop_ro(
+          "ring_u_row_stride", [](const PySpec& s) { return row_stride_16(ring_u_row_elems(s.spec), DType::f32); },
+          "The last extent of a compact ring_u [L, P, stride]");
 
   nb::class_<PyStorage>(m, "SlotStorage",
                         "The caller's per-slot storage (SPEC §2, §9, §10): pool and scratch as one array [L, rows, HV, V, K] "
-                        "or a list of L arrays [rows, HV, V, K]; accept_len [P] int32; replay's token cache; with a conv "
-                        "(spec.conv_width > 0) the conv state [L, P, 2 (W - 1 + S) (two-phase: W - 1), C] and, in two-phase, "
-                        "the conv scratch [L, P * S, W - 1, C] in the io dtype (or [L, rows, stride] with padded rows, or "
-                        "lists of L arrays); round_parity [P] int32 (0 after a prefill) in replay, and in fused-accept with "
-                        "a conv; accept_path [P, T] int32 where spec.keeps_accept_path (trees, fused-accept, a conv): "
-                        "each slot's accepted path, which accept_path writes and the next round's conv reads its "
-                        "history through (not read while a slot's accept_len is 0, so any values after a prefill)")
+                        "or a list of L arrays [rows, HV, V, K]; accept_len [P] int32. Replay (no scratch) keeps a "
+                        "checkpoint a slot (its pool row) and a ring of spec.ring_records records a slot and layer "
+                        "(SPEC §3): ring_kg [L, P, stride >= spec.ring_kg_row_elems] in the io dtype (each record's k "
+                        "and g) and ring_u [L, P, stride >= spec.ring_u_row_elems] in float32 (its u), strides 16-byte "
+                        "multiples (ring_kg_row_stride, ring_u_row_stride: compact), or lists of L arrays [P, stride]; "
+                        "and its cursor, ring_pending and ring_start [P] int32, 0 after a prefill (ring_pending counts "
+                        "the slot's accepted records not yet folded into its checkpoint); other modes refuse them. "
+                        "With a conv (spec.conv_width > 0) the conv state [L, P, 2 (W - 1 + S) (two-phase: W - 1), C] "
+                        "and, in two-phase, the conv scratch [L, P * S, W - 1, C] in the io dtype (or [L, rows, stride] "
+                        "with padded rows, or lists of L arrays); round_parity [P] int32 (0 after a prefill) where "
+                        "spec.keeps_round_parity (fused-accept or replay with a conv); accept_path [P, T] int32 where "
+                        "spec.keeps_accept_path (trees and a conv, fused-accept or replay): each slot's accepted path, "
+                        "which accept_path writes and the next round's conv reads its history through (not read while "
+                        "a slot's accept_len is 0, so any values after a prefill)")
       .def(nb::init<const PySpec&, nb::handle, nb::handle, int32_t, nb::handle, nb::handle, nb::handle, nb::handle,
-                    nb::handle, nb::handle>(),
+                    nb::handle, nb::handle, nb::handle, nb::handle, nb::handle>(),
            "spec"_a, nb::kw_only(), "pool"_a, "accept_len"_a, "scratch_steps"_a, "scratch"_a.none() = nb::none(),
-           "token_cache"_a.none() = nb::none(), "round_parity"_a.none() = nb::none(), "conv_state"_a.none() = nb::none(),
+           "ring_kg"_a.none() = nb::none(), "ring_u"_a.none() = nb::none(), "ring_pending"_a.none() = nb::none(),
+           "ring_start"_a.none() = nb::none(), "round_parity"_a.none() = nb::none(), "conv_state"_a.none() = nb::none(),
            "conv_scratch"_a.none() = nb::none(), "accept_path"_a.none() = nb::none())
       .def_prop_ro("slots", [](const PyStorage& s) { return s.storage.slots; })
       .def_prop_ro("scratch_steps", [](const PyStorage& s) { return s.storage.scratch_steps; });
@@ -603,8 +670,9 @@ void bind_ops(nb::module_& m) {
         at("seed_scratch", idx.seed_scratch, rows);
         at("seed_accept", idx.seed_accept, rows);
         at("row_accept", idx.row_accept, rows);
-        at("replay_from", idx.replay_from, rows);
-        at("cache_to", idx.cache_to, rows);
+        at("ring_pending", idx.ring_pending, rows);
+        at("ring_start", idx.ring_start, rows);
+        at("ring_flush", idx.ring_flush, rows);
         at("row_parity", idx.row_parity, rows);
         at("write_row", idx.write_row, int64_t(rows) * tokens);
         at("parent", idx.parent, int64_t(rows) * tokens);
@@ -671,9 +739,12 @@ void bind_ops(nb::module_& m) {
       "A_log"_a.none() = nb::none(), "dt_bias"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
       "SPEC §1, §3: layer `layer`'s verify of `rows` rows with the indices of the last build_indices. With the gate "
       "in the kernel, A_log [HV] and dt_bias [HV * K] or [HV, K] (float32) are required; otherwise unused. In replay "
-      "mode each row first replays its slot's accepted prefix with them: they must be those that prefix was verified "
-      "with, the layer's weights, unchanged between rounds (the ops keep nothing between calls and cannot check it; "
-      "Verifier and GraphRunner do).");
+      "mode each row first folds its slot's pending ring records into the checkpoint (SPEC §3), recomputing their "
+      "decays from the raw gate an earlier round recorded with these A_log and dt_bias: they must be those the "
+      "records were verified with, the layer's weights, unchanged between rounds (the ops keep nothing between "
+      "calls and cannot check it; Verifier and GraphRunner do). It then verifies the T tokens from the folded "
+      "state and appends their records; on a flush round (pending >= spec.flush_min, or a ring that could not "
+      "hold another round) it writes the folded state back to the checkpoint first.");
   m.def(
       "conv_layer",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, int32_t layer, nb::handle x_,
@@ -748,7 +819,9 @@ void bind_ops(nb::module_& m) {
         ops::accept(s, spec.spec, st.storage, idx.idx, rows, accepted.as<const int32_t>());
       },
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "accepted"_a, "stream"_a.none() = nb::none(),
-      "SPEC §3: accept the round, `accepted` [rows] int32 (the sampler's lengths, backend memory).");
+      "SPEC §3: accept the round, `accepted` [rows] int32 (the sampler's lengths, backend memory). Replay moves "
+      "each slot's ring cursor: ring_pending = (0 if the round flushed, else ring_pending) + a; the rejected "
+      "records are never read again.");
   m.def(
       "accept_path",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle accept_index_,
@@ -768,9 +841,10 @@ void bind_ops(nb::module_& m) {
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "accept_index"_a, "stream"_a.none() = nb::none(),
       "SPEC §12, with spec.trees: accept the round from the sampler's root-to-node paths, `accept_index` [rows, T] "
       "int32 (backend memory; SGLang's form: node indices from a child of the seed down the round's tree, then -1). "
-      "Each row's accept length becomes its last node + 1; in fused-accept with a conv the slot's path is kept "
-      "(SlotStorage accept_path). Read as the device reads it: a path is cut at its first node that is not a child "
-      "of the one before (a path cut to nothing keeps token 0), recorded (device_errors).");
+      "Each row's accept length becomes its last node + 1; in replay the accepted path's records become the slot's "
+      "next pending ones; with a conv (fused-accept, replay) the slot's path is kept (SlotStorage accept_path). "
+      "Read as the device reads it: a path is cut at its first node that is not a child of the one before (a path "
+      "cut to nothing keeps token 0), recorded (device_errors).");
   m.def(
       "commit",
       [](const PySpec& spec, const PyStorage& st, const PyIndices& idx, int32_t rows, nb::handle stream) {
@@ -811,9 +885,11 @@ void bind_ops(nb::module_& m) {
                          gates.empty() ? nullptr : gates.data());
       },
       "spec"_a, "storage"_a, nb::kw_only(), "slots"_a, "gates"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
-      "SPEC §3 materialize: pool[slot] = the state after the accepted prefix, accept_len = 0, for each listed slot "
-      "(int32, backend memory). Replay with the gate in the kernel needs gates: one (A_log, dt_bias) per layer, those "
-      "the pending prefixes were verified with (the ops cannot check it).");
+      "SPEC §3 materialize: pool[slot] = the slot's latest state, accept_len = 0, for each listed slot (int32, "
+      "backend memory): fused-accept copies the accepted post-state from scratch; replay folds the slot's pending "
+      "records into its checkpoint and sets ring_pending and ring_start to 0. Replay with the gate in the kernel "
+      "needs gates: one (A_log, dt_bias) per layer, those the pending records were verified with (the ops cannot "
+      "check it).");
 }
 
 }  // namespace kdagraph::python

@@ -104,9 +104,9 @@ struct CallerStorage {
   VerifierConfig config;
   RoundSpec spec;
   int32_t pool_rows;  // P, or P + 1 with SGLang's padding slot
-  CallerStates pool, scratch, token_cache;
+  CallerStates pool, scratch, ring_kg, ring_u;
   CallerStates conv_state, conv_scratch;  // rows 0 without a conv; conv_scratch: two-phase only
-  detail::Buffer accept_len, round_parity, index_storage, batch, accepted, materialize_list;
+  detail::Buffer accept_len, round_parity, ring_cursor, index_storage, batch, accepted, materialize_list;
   SlotStorage storage;
   RoundIndices idx;
 
@@ -118,7 +118,8 @@ struct CallerStorage {
         pool(c.backend, l, c.pool.state_dtype, c.model.layers, pool_rows, row_elems(c)),
         scratch(c.backend, l, c.pool.state_dtype, c.model.layers, int64_t(pool_rows) * c.pool.scratch_steps,
                 row_elems(c)),
-        token_cache(c.backend, l, c.io_dtype, c.model.layers, 2 * int64_t(pool_rows), token_cache_row_elems(spec)),
+        ring_kg(c.backend, l, c.io_dtype, c.model.layers, pool_rows, ring_kg_row_elems(spec)),
+        ring_u(c.backend, l, DType::f32, c.model.layers, pool_rows, ring_u_row_elems(spec)),
         conv_state(c.backend, l, c.io_dtype, c.model.layers, conv.width > 0 ? pool_rows : 0,
                    conv_state_row_elems(spec, c.pool.scratch_steps)),
         conv_scratch(c.backend, l, c.io_dtype, c.model.layers,
@@ -126,6 +127,7 @@ struct CallerStorage {
                      conv_scratch_row_elems(spec)),
         accept_len(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(size_t(pool_rows), 0))),
         round_parity(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(size_t(pool_rows), 0))),
+        ring_cursor(detail::Buffer::copy_of(c.backend, std::vector<int32_t>(2 * size_t(pool_rows), 0))),
         index_storage(c.backend, size_t(round_index_elems(c.max_rows, c.tokens)) * sizeof(int32_t)),
         batch(c.backend, (1 + size_t(c.max_rows)) * sizeof(int32_t)),
         accepted(c.backend, size_t(c.max_rows) * sizeof(int32_t)),
@@ -136,7 +138,12 @@ struct CallerStorage {
     storage.pool = pool.view;
     storage.scratch = scratch.view;
     storage.accept_len = accept_len.as<int32_t>();
-    if (mode_policy(c.mode).token_cache) storage.token_cache = token_cache.view;
+    if (mode_policy(c.mode).ring) {
+      storage.ring_kg = ring_kg.view;
+      storage.ring_u = ring_u.view;
+      storage.ring_pending = ring_cursor.as<int32_t>();
+      storage.ring_start = storage.ring_pending + pool_rows;
+    }
     if (needs_round_parity(spec)) storage.round_parity = round_parity.as<int32_t>();
     if (conv.width > 0) {
       storage.conv_state = conv_state.view;

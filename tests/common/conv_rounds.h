@@ -64,8 +64,15 @@ struct ConvModeRun {
   }
   // Every byte of the storage a round may write.
   std::vector<std::vector<uint8_t>> storage() const {
-    return {st.pool.bytes(),       st.scratch.bytes(),      st.token_cache.bytes(),          st.conv_state.bytes(),
-            st.conv_scratch.bytes(), st.accept_len.download<uint8_t>(), st.round_parity.download<uint8_t>()};
+    return {st.pool.bytes(),
+            st.scratch.bytes(),
+            st.ring_kg.bytes(),
+            st.ring_u.bytes(),
+            st.ring_cursor.download<uint8_t>(),
+            st.conv_state.bytes(),
+            st.conv_scratch.bytes(),
+            st.accept_len.download<uint8_t>(),
+            st.round_parity.download<uint8_t>()};
   }
   std::string name() const { return std::string(to_string(st.config.mode)) + (fused ? " fused" : ""); }
 };

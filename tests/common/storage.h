@@ -15,13 +15,19 @@
 namespace kdagraph::test {
 
 struct StorageSnapshot {
-  std::vector<uint8_t> pool, scratch, token_cache;
-  std::vector<int32_t> accept_len, round_parity;
+  std::vector<uint8_t> pool, scratch, ring_kg, ring_u;  // ring: replay's records
+  std::vector<int32_t> accept_len, round_parity, ring_pending, ring_start;
   bool operator==(const StorageSnapshot& o) const {
-    return pool == o.pool && scratch == o.scratch && token_cache == o.token_cache && accept_len == o.accept_len &&
-           round_parity == o.round_parity;
+    return pool == o.pool && scratch == o.scratch && ring_kg == o.ring_kg && ring_u == o.ring_u &&
+           accept_len == o.accept_len && round_parity == o.round_parity && ring_pending == o.ring_pending &&
+           ring_start == o.ring_start;
   }
 };
+
+// Bytes of a one-allocation view's layers.
+inline size_t view_bytes(const StateView& v) {
+  return v.base == nullptr ? 0 : size_t(v.layers) * size_t(v.layer_stride) * dtype_size(v.dtype);
+}
 
 // After all of the device's work (a round on any stream) has run.
 inline StorageSnapshot snapshot(const Verifier& v) {
@@ -34,8 +40,17 @@ inline StorageSnapshot snapshot(const Verifier& v) {
   detail::copy_to_host(b, s.pool.data(), v.pool(), s.pool.size());
   detail::copy_to_host(b, s.scratch.data(), v.scratch(), s.scratch.size());
   detail::copy_to_host(b, s.accept_len.data(), v.accept_len(), s.accept_len.size() * sizeof(int32_t));
-  s.token_cache.resize(v.token_cache_bytes());
-  detail::copy_to_host(b, s.token_cache.data(), v.storage().token_cache.base, s.token_cache.size());
+  const SlotStorage& st = v.storage();
+  s.ring_kg.resize(view_bytes(st.ring_kg));
+  s.ring_u.resize(view_bytes(st.ring_u));
+  detail::copy_to_host(b, s.ring_kg.data(), st.ring_kg.base, s.ring_kg.size());
+  detail::copy_to_host(b, s.ring_u.data(), st.ring_u.base, s.ring_u.size());
+  if (st.ring_pending != nullptr) {
+    s.ring_pending.resize(s.accept_len.size());
+    s.ring_start.resize(s.accept_len.size());
+    detail::copy_to_host(b, s.ring_pending.data(), st.ring_pending, s.ring_pending.size() * sizeof(int32_t));
+    detail::copy_to_host(b, s.ring_start.data(), st.ring_start, s.ring_start.size() * sizeof(int32_t));
+  }
   if (v.storage().round_parity != nullptr) {
     s.round_parity.resize(s.accept_len.size());
     detail::copy_to_host(b, s.round_parity.data(), v.storage().round_parity, s.round_parity.size() * sizeof(int32_t));
@@ -45,8 +60,8 @@ inline StorageSnapshot snapshot(const Verifier& v) {
 
 inline StateGeometry geometry(const VerifierConfig& c) { return make_geometry(c.model, c.pool); }
 
-// Expects every byte that belongs to slot `slot` (its pool states, scratch rows or token cache rows, and
-// accept_len) to be the same in both snapshots.
+// Expects every byte that belongs to slot `slot` (its pool states, scratch rows or ring records and
+// cursor, accept_len and round parity) to be the same in both snapshots.
 inline void expect_slot_unchanged(const VerifierConfig& c, const StorageSnapshot& a, const StorageSnapshot& b,
                                   int32_t slot) {
   const StateGeometry g = geometry(c);
@@ -60,14 +75,22 @@ inline void expect_slot_unchanged(const VerifierConfig& c, const StorageSnapshot
           << "scratch slot " << slot << " step " << t << " layer " << l;
     }
   }
-  if (!a.token_cache.empty()) {  // [L, 2P] rows: the slot's two
-    const size_t row = a.token_cache.size() / size_t(g.layers) / (2 * size_t(g.slots));
+  for (const auto* ring : {&a.ring_kg, &a.ring_u}) {  // [L, P] rows: the slot's
+    if (ring->empty()) continue;
+    const std::vector<uint8_t>& other = ring == &a.ring_kg ? b.ring_kg : b.ring_u;
+    const size_t row = ring->size() / size_t(g.layers) / size_t(g.slots);
     for (int32_t l = 0; l < g.layers; ++l) {
-      const size_t at = (size_t(l) * 2 * size_t(g.slots) + 2 * size_t(slot)) * row;
-      EXPECT_EQ(0, std::memcmp(a.token_cache.data() + at, b.token_cache.data() + at, 2 * row))
-          << "token cache slot " << slot << " layer " << l;
+      const size_t at = (size_t(l) * size_t(g.slots) + size_t(slot)) * row;
+      EXPECT_EQ(0, std::memcmp(ring->data() + at, other.data() + at, row))
+          << (ring == &a.ring_kg ? "ring k and g" : "ring u") << " slot " << slot << " layer " << l;
     }
-    EXPECT_EQ(a.round_parity[size_t(slot)], b.round_parity[size_t(slot)]) << "cache parity slot " << slot;
+  }
+  if (!a.ring_pending.empty()) {
+    EXPECT_EQ(a.ring_pending[size_t(slot)], b.ring_pending[size_t(slot)]) << "ring_pending slot " << slot;
+    EXPECT_EQ(a.ring_start[size_t(slot)], b.ring_start[size_t(slot)]) << "ring_start slot " << slot;
+  }
+  if (!a.round_parity.empty()) {
+    EXPECT_EQ(a.round_parity[size_t(slot)], b.round_parity[size_t(slot)]) << "round parity slot " << slot;
   }
   EXPECT_EQ(a.accept_len[size_t(slot)], b.accept_len[size_t(slot)]) << "accept_len slot " << slot;
 }

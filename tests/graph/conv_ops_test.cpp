@@ -280,7 +280,7 @@ TEST(ConvOps, BadConvArgumentsAreRefusedByNameAndChangeNothing) {
   EXPECT_EQ(expect_conv_refusals(Mode::two_phase, two_phase), (13 + 4) * 4 + 9);
 }
 
-// A materialize list that names a slot twice works on it once: replaying a pending prefix twice, or
+// A materialize list that names a slot twice works on it once: folding pending records twice, or
 // moving a conv window twice, would corrupt the state. The repeat is padding, and recorded.
 TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
   KDA_SKIP_WITHOUT_RUNNER();
@@ -310,16 +310,24 @@ TEST(ConvOps, MaterializeWorksOnARepeatedSlotOnce) {
           c.conv_state.write_row(l, slot, random_io_bytes(size_t(c.conv_state.row_elems), DType::f32, rng, -1, 1).data());
           for (int64_t r = 0; r < int64_t(cfg.pool.scratch_steps); ++r)
             c.scratch.write_row(l, int64_t(slot) * cfg.pool.scratch_steps + r, random_states(cfg, rng).data());
-          for (int64_t r = 0; r < 2; ++r)
-            c.token_cache.write_row(l, 2 * int64_t(slot) + r,
-                                    random_io_bytes(size_t(c.token_cache.row_elems), cfg.io_dtype, rng, -1, 1).data());
+          c.ring_kg.write_row(l, slot, random_io_bytes(size_t(c.ring_kg.row_elems), cfg.io_dtype, rng, -1, 1).data());
+          c.ring_u.write_row(l, slot, random_io_bytes(size_t(c.ring_u.row_elems), DType::f32, rng, -0.1f, 0.1f).data());
         }
       }
+      // Replay: every slot has pending records to fold, from anywhere in its ring.
+      const int32_t R = c.spec.ring.records;
+      std::vector<int32_t> cursor(2 * size_t(cfg.pool.slots));
+      for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) {
+        cursor[size_t(slot)] = 1 + int32_t(rng() % uint64_t(R - cfg.tokens));
+        cursor[size_t(cfg.pool.slots + slot)] = int32_t(rng() % uint64_t(R));
+      }
+      c.ring_cursor.upload(cursor.data(), cursor.size() * sizeof(int32_t));
       c.accept_len.upload(accept_len.data(), accept_len.size() * sizeof(int32_t));
       c.round_parity.upload(parity.data(), parity.size() * sizeof(int32_t));
       c.materialize_list.upload(list.data(), list.size() * sizeof(int32_t));
       ops::materialize(runner().stream, c.spec, c.storage, c.materialize_list.as<int32_t>(), int32_t(list.size()), gates.data());
-      return std::vector<std::vector<uint8_t>>{c.pool.bytes(), c.conv_state.bytes(), c.accept_len.download<uint8_t>()};
+      return std::vector<std::vector<uint8_t>>{c.pool.bytes(), c.conv_state.bytes(), c.accept_len.download<uint8_t>(),
+                                               c.ring_cursor.download<uint8_t>()};
     };
     const detail::MappedHostBuffer once_word(runner().memory(), sizeof(DeviceErrorWord)),
         twice_word(runner().memory(), sizeof(DeviceErrorWord));

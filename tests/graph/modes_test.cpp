@@ -198,6 +198,62 @@ TEST(Modes, SlotsOutsideTheBatchAreUntouched) {
   }
 }
 
+// VerifierConfig::count_bytes: the kernels add the state and ring record bytes they move, counted here
+// from the rules of SPEC §3 and §7 for a round of n rows (3 of them padding): fused accept reads a seed
+// and writes T post-states a head; two-phase too, and its commit copies one state in and out; replay's
+// first round reads its checkpoint and writes its T records (u of every head, g of every value head, k
+// of every query head), and its second also folds the accepted records and, flushing, writes the
+// checkpoint back. Nothing is counted without count_bytes.
+TEST(Modes, TheKernelsCountTheBytesTheyMove) {
+  KDA_SKIP_UNLESS_ROUNDS_RUN();
+  std::mt19937_64 rng(fresh_seed());
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(to_string(mode));
+    VerifierConfig c = modes_verifier(mode);
+    c.count_bytes = true;
+    c.ring = ReplayRing{0, 0};  // replay flushes every round
+    Verifier v(c);
+    const int64_t L = c.model.layers, T = c.tokens, H = c.model.heads, HV = c.model.value_heads;
+    const int64_t K = c.model.head_k, V = c.model.head_v, n = 5, state = HV * V * K * int64_t(dtype_size(c.pool.state_dtype));
+    const int64_t io = int64_t(dtype_size(c.io_dtype));
+    const detail::Buffer gate = gate_buffer(c);
+    const std::vector<int32_t> batch = {4, 9, 0, 11, 2};
+    std::vector<int32_t> accepted = {1, 4, 2, 3, 1};
+    auto round = [&] {
+      std::vector<HostInputs> in;
+      std::vector<LayerInputs> views;
+      for (int64_t l = 0; l < L; ++l) in.emplace_back(c, 8, rng);
+      for (auto& x : in) views.push_back(x.view(gate.as<float>()));
+      v.clear_bytes_moved();
+      v.set_batch(runner().stream, batch.data(), int32_t(n));
+      v.enqueue_round(runner().stream, views.data(), 8);  // 3 padded rows
+      v.enqueue_accept_from_host(runner().stream, accepted.data(), int32_t(n));
+      if (mode_policy(mode).commit) v.enqueue_commit(runner().stream, 8);
+      wait();
+      return int64_t(v.bytes_moved());
+    };
+    const int64_t first = round();
+    const int64_t records = T * (HV * V * 4 + (HV + H) * K * io);  // a row's T new records
+    switch (mode) {
+      case Mode::fused_accept: EXPECT_EQ(first, L * n * (1 + T) * state); break;
+      case Mode::two_phase: EXPECT_EQ(first, L * n * (1 + T + 2) * state); break;
+      case Mode::replay: EXPECT_EQ(first, L * n * (state + records)); break;
+    }
+    if (mode == Mode::replay) {
+      // Folding reads each accepted record's u and, per unit of work, its k and g: at least one
+      // unit a head, at most one a V row.
+      int64_t folded = 0;
+      for (int32_t a : accepted) folded += a;
+      const int64_t second = round(), fixed = L * (n * (2 * state + records) + folded * HV * V * 4);
+      EXPECT_GE(second, fixed + L * folded * HV * 2 * K * io);
+      EXPECT_LE(second, fixed + L * folded * HV * V * 2 * K * io);
+    }
+    VerifierConfig quiet = modes_verifier(mode);
+    Verifier w(quiet);
+    EXPECT_EQ(w.bytes_moved(), 0u);
+  }
+}
+
 TEST(Modes, MaterializeWithZeroAcceptChangesNothingAndTwiceEqualsOnce) {
   KDA_SKIP_UNLESS_ROUNDS_RUN();
   const uint64_t seed = fresh_seed();
@@ -267,9 +323,10 @@ TEST(Modes, PrefillWritesOnlyItsSlot) {
 
 // SPEC §3, issue 15: replay, fused-accept and two-phase agree bitwise, in every round's outputs and in
 // every retired request's materialized state, over many rounds with joins, retirements, random
-// acceptance and batches crossing buckets: two-phase eager as the reference, fused-accept, replay and
-// two-phase (its commit the graph's last node) replayed from graphs, and replay again with the sampler
-// outside the graph.
+// acceptance and batches crossing buckets: two-phase eager as the reference, fused-accept, replay (its
+// ring flushing at T + 1, every round, and only when full) and two-phase (its commit the graph's last
+// node) replayed from graphs, and replay again with the sampler outside the graph. With a bf16 state
+// replay rounds at its flushes only (SPEC §13): its runs agree with each other, bitwise.
 TEST(Modes, ReplayFusedAndTwoPhaseAgreeBitwiseOverManyRounds) {
   KDA_SKIP_UNLESS_ROUNDS_RUN();
   const int rounds = by_matrix(200, 20, 0);
@@ -284,14 +341,21 @@ TEST(Modes, ReplayFusedAndTwoPhaseAgreeBitwiseOverManyRounds) {
       Mode mode;
       Exec exec;
       bool sampler_in_graph;
+      int32_t flush_min = -1;  // replay: the default, T + 1
     };
-    const Run runs[] = {{Mode::two_phase, Exec::eager, true}, {Mode::fused_accept, Exec::graph, true},
-                        {Mode::replay, Exec::graph, true}, {Mode::two_phase, Exec::graph, true},
-                        {Mode::replay, Exec::graph, false}};
+    const int32_t T = base.verifier.tokens, R = 3 * T;
+    // The executor leaves the other flushes to VerifierModes.TheRingAgreesBitwiseWhateverItsFlushMin.
+    const std::vector<Run> runs = {{Mode::two_phase, Exec::eager, true},         {Mode::fused_accept, Exec::graph, true},
+                                   {Mode::replay, Exec::graph, true},            {Mode::two_phase, Exec::graph, true},
+                                   {Mode::replay, Exec::graph, false},           {Mode::replay, Exec::graph, true, 0},
+                                   {Mode::replay, Exec::eager, true, R - T}};
+    const size_t run_count = runner().matrix == Matrix::full ? runs.size() : 5;
     std::vector<std::unique_ptr<HostEngine>> engines;
-    for (const Run& run : runs) {
+    for (size_t i = 0; i < run_count; ++i) {
+      const Run& run = runs[i];
       HostEngineConfig c = base;
       c.verifier.mode = run.mode;
+      c.verifier.ring = ReplayRing{R, run.flush_min};
       c.runner.exec = run.exec;
       c.runner.sampler_in_graph = run.sampler_in_graph;
       engines.push_back(std::make_unique<HostEngine>(c));
@@ -306,8 +370,11 @@ TEST(Modes, ReplayFusedAndTwoPhaseAgreeBitwiseOverManyRounds) {
     EXPECT_GT(engines[0]->retired().size(), size_t(rounds / 10)) << "the run should retire requests along the way";
     for (size_t i = 1; i < engines.size(); ++i) {
       SCOPED_TRACE(std::string(to_string(runs[i].mode)) + " " + to_string(runs[i].exec) +
-                   (runs[i].sampler_in_graph ? "" : ", sampler outside the graph"));
-      expect_same_history(*engines[0], *engines[i]);
+                   (runs[i].sampler_in_graph ? "" : ", sampler outside the graph") + " flush_min " +
+                   std::to_string(runs[i].flush_min));
+      const bool own_rounding = state != DType::f32 && runs[i].mode == Mode::replay;
+      if (!own_rounding) expect_same_history(*engines[0], *engines[i]);
+      else if (i != 2 && runs[i].flush_min == runs[2].flush_min) expect_same_history(*engines[2], *engines[i]);
       EXPECT_EQ(engines[i]->verifier().device_errors().count, 0u);
     }
   }
@@ -336,23 +403,29 @@ TEST(Modes, ReplayPrefixesOfZeroOneAndTAndPlainDecode) {
   }
 }
 
-// Replay keeps no per-token states; its token cache is the size SPEC §3 gives, and its bytes moved per
-// round are 2 state transfers.
-TEST(Modes, ReplayKeepsNoScratchAndItsTokenCacheIsTheSpecSize) {
+// Replay keeps no per-token states; its ring is the size SPEC §3 gives (R records of k and g in the io
+// dtype and u in fp32 a slot, layer and head, each row rounded up to 16 bytes, and a cursor a slot), R
+// and flush_min default to 3 T and T + 1, and a state transfer a round plus one on a flush is what it
+// moves at most.
+TEST(Modes, ReplayKeepsNoScratchAndItsRingIsTheSpecSize) {
   KDA_SKIP_UNLESS_ROUNDS_RUN();
   const VerifierConfig c = modes_verifier(Mode::replay);
   Verifier v(c);
   EXPECT_EQ(v.scratch_bytes(), 0u);
   EXPECT_EQ(v.scratch(), nullptr);
   const size_t T = size_t(c.tokens), H = size_t(c.model.heads), HV = size_t(c.model.value_heads);
-  const size_t K = size_t(c.model.head_k), V = size_t(c.model.head_v);
-  const size_t per_slot_and_layer = 2 * T * (H * K + HV * V + HV * K + HV) * dtype_size(c.io_dtype);
-  EXPECT_EQ(v.token_cache_bytes(), per_slot_and_layer * size_t(c.pool.slots) * size_t(c.model.layers));
+  const size_t K = size_t(c.model.head_k), V = size_t(c.model.head_v), R = 3 * T;
+  EXPECT_EQ(v.spec().ring.records, int32_t(R));
+  EXPECT_EQ(v.spec().ring.flush_min, int32_t(T + 1));
+  auto row = [](size_t bytes) { return (bytes + 15) / 16 * 16; };
+  const size_t per_slot_and_layer = row(R * (H * K + HV * K) * dtype_size(c.io_dtype)) + row(R * HV * V * sizeof(float));
+  const size_t slots = size_t(c.pool.slots);
+  EXPECT_EQ(v.ring_bytes(), per_slot_and_layer * slots * size_t(c.model.layers) + 2 * slots * sizeof(int32_t));
   EXPECT_EQ(state_transfers_per_round(Mode::replay, c.tokens), 2);
   EXPECT_EQ(state_transfers_per_round(Mode::fused_accept, c.tokens), 1 + c.tokens);
   VerifierConfig fused = c;
   fused.mode = Mode::fused_accept;
-  EXPECT_EQ(Verifier(fused).token_cache_bytes(), 0u);
+  EXPECT_EQ(Verifier(fused).ring_bytes(), 0u);
 }
 
 // Materializing mid-stream (a prefix-cache snapshot, say) changes nothing that follows, in any mode; in

@@ -56,7 +56,7 @@ TEST(Ops, RoundIndicesTileTheirStorage) {
     for (size_t i = 0; i < n; ++i) ++owners[size_t(p - storage.data()) + i];
   };
   for (const int32_t* p : {idx.row_slot, idx.seed_pool, idx.seed_scratch, idx.seed_accept, idx.row_accept,
-                           idx.replay_from, idx.cache_to, idx.row_parity})
+                           idx.ring_pending, idx.ring_start, idx.ring_flush, idx.row_parity})
     mark(p, 5);
   mark(idx.write_row, 15);
   mark(idx.parent, 15);
@@ -127,8 +127,13 @@ int expect_refused_and_unchanged(Mode mode, const std::function<std::vector<BadC
       {"materialize", [&](auto& sp, auto& st, auto&, auto&) { ops::materialize(runner().stream, sp, st, c.batch.as<int32_t>() + 1, 2, gates.data()); }},
   };
   auto snapshot = [&] {
-    std::vector<std::vector<uint8_t>> all = {c.pool.bytes(), c.scratch.bytes(), c.token_cache.bytes(),
-                                             c.accept_len.download<uint8_t>(), c.round_parity.download<uint8_t>(),
+    std::vector<std::vector<uint8_t>> all = {c.pool.bytes(),
+                                             c.scratch.bytes(),
+                                             c.ring_kg.bytes(),
+                                             c.ring_u.bytes(),
+                                             c.ring_cursor.download<uint8_t>(),
+                                             c.accept_len.download<uint8_t>(),
+                                             c.round_parity.download<uint8_t>(),
                                              c.index_storage.download<uint8_t>()};
     for (const auto& o : in.o[1]) all.push_back(o.download<uint8_t>());
     return all;
@@ -167,37 +172,46 @@ TEST(Ops, BadViewsAreRefusedNamingTheArgumentAndChangeNothing) {
   EXPECT_GT(expect_refused_and_unchanged(Mode::fused_accept, bad_calls), 60);
 }
 
-// Replay's own storage: the token cache view and the cache parity, and the indices only it reads.
+// Replay's own storage: the ring's views and cursor, and the indices only it reads; its spec's ring.
 std::vector<BadCall> bad_replay_calls(CallerStorage&) {
   return {
-      {"storage.token_cache.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.dtype = DType::bf16; }},
-      {"storage.token_cache.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.rows = 2 * int64_t(s.slots) - 1; }},
-      {"storage.token_cache.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.row_stride -= 4; }},
-      {"storage.token_cache.layers", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.layers = 3; }},
-      {"storage.token_cache", [](auto&, SlotStorage& s, auto&, auto&) { s.token_cache.base = nullptr; }},
-      {"storage.round_parity", [](auto&, SlotStorage& s, auto&, auto&) { s.round_parity = nullptr; }},
-      {"idx.replay_from", [](auto&, auto&, RoundIndices& i, auto&) { i.replay_from = nullptr; }},
-      {"idx.cache_to", [](auto&, auto&, RoundIndices& i, auto&) { i.cache_to = nullptr; }},
+      {"storage.ring_kg.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.ring_kg.dtype = DType::bf16; }},
+      {"storage.ring_kg.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.ring_kg.rows = int64_t(s.slots) - 1; }},
+      {"storage.ring_kg.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.ring_kg.row_stride -= 4; }},
+      {"storage.ring_kg.layers", [](auto&, SlotStorage& s, auto&, auto&) { s.ring_kg.layers = 3; }},
+      {"storage.ring_kg", [](auto&, SlotStorage& s, auto&, auto&) { s.ring_kg.base = nullptr; }},
+      {"storage.ring_u.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.ring_u.dtype = DType::bf16; }},
+      {"storage.ring_u.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.ring_u.row_stride -= 4; }},
+      {"storage.ring_pending", [](auto&, SlotStorage& s, auto&, auto&) { s.ring_pending = nullptr; }},
+      {"storage.ring_start", [](auto&, SlotStorage& s, auto&, auto&) { s.ring_start = nullptr; }},
+      {"idx.ring_pending", [](auto&, auto&, RoundIndices& i, auto&) { i.ring_pending = nullptr; }},
+      {"idx.ring_flush", [](auto&, auto&, RoundIndices& i, auto&) { i.ring_flush = nullptr; }},
+      {"ring.records", [](RoundSpec& sp, auto&, auto&, auto&) { sp.ring.records = 2 * sp.tokens - 1; }},
+      {"ring.flush_min", [](RoundSpec& sp, auto&, auto&, auto&) { sp.ring.flush_min = sp.ring.records - sp.tokens + 1; }},
+      {"ring.flush_min", [](RoundSpec& sp, auto&, auto&, auto&) { sp.ring.flush_min = -1; }},
       {"storage.pool.row_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.row_stride += 2; }},
   };
 }
 
 TEST(Ops, BadReplayViewsAreRefusedNamingTheArgumentAndChangeNothing) {
   KDA_SKIP_WITHOUT_RUNNER();
-  EXPECT_GT(expect_refused_and_unchanged(Mode::replay, bad_replay_calls), 25);
+  EXPECT_GT(expect_refused_and_unchanged(Mode::replay, bad_replay_calls), 40);
 }
 
-// The replay indices live in memory the caller owns. If they are corrupted after the build, the verify
-// clamps them as it would clamp an accept length: a prefix longer than a cache row replays a whole
-// row, a cache row outside the view is not read (no prefix) or not written. Each is recorded, and the
-// layer's results equal a round run on the clamped indices, bitwise.
-TEST(Ops, CorruptReplayIndicesAreClampedAndRecorded) {
+// The ring cursors live in memory the caller owns and the device writes. A slot's cursor outside the
+// ring (ring_pending above R - T, ring_start outside [0, R)) is clamped by the index build, and so are the
+// indices' copies if they are corrupted after the build, by the verify. Each is recorded, and the
+// layer's results equal a round run on the clamped cursors, bitwise.
+TEST(Ops, CorruptRingCursorsAreClampedAndRecorded) {
   KDA_SKIP_WITHOUT_RUNNER();
   const uint64_t seed = fresh_seed();
   const VerifierConfig cfg = ops_config(Mode::replay, DType::f32);
-  const int32_t T = cfg.tokens, rows = cfg.max_rows;
-  // Runs the layer on indices `edit` changed, recording into `errors` (host-mapped where on a device).
-  auto run = [&](const std::function<void(std::vector<int32_t>&, const RoundIndices&)>& edit,
+  const int32_t T = cfg.tokens, rows = cfg.max_rows, P = cfg.pool.slots;
+  const int32_t R = round_spec(cfg).ring.records;
+  // Runs the layer from slot cursors `pending` and `start`, on indices `edit` changed, recording into
+  // `errors` (host-mapped where on a device).
+  auto run = [&](std::vector<int32_t> pending, std::vector<int32_t> start,
+                 const std::function<void(std::vector<int32_t>&, const RoundIndices&)>& edit,
                  const detail::MappedHostBuffer& errors) {
     *static_cast<DeviceErrorWord*>(errors.host()) = DeviceErrorWord{};
     std::mt19937_64 rng(seed);
@@ -205,15 +219,17 @@ TEST(Ops, CorruptReplayIndicesAreClampedAndRecorded) {
     BackendInputs in(cfg);
     in.randomize(rng);
     c.storage.errors = static_cast<DeviceErrorWord*>(errors.device());
-    for (int32_t slot = 0; slot < cfg.pool.slots; ++slot) {
+    for (int32_t slot = 0; slot < P; ++slot) {
       c.prefill(slot, random_states(cfg, rng));
-      for (int32_t l = 0; l < cfg.model.layers; ++l)
-        for (int64_t r = 0; r < 2; ++r)
-          c.token_cache.write_row(l, 2 * int64_t(slot) + r,
-                                  random_io_bytes(size_t(c.token_cache.row_elems), cfg.io_dtype, rng, -1, 1).data());
+      for (int32_t l = 0; l < cfg.model.layers; ++l) {  // records to fold: any values
+        c.ring_kg.write_row(l, slot, random_io_bytes(size_t(c.ring_kg.row_elems), cfg.io_dtype, rng, -1, 1).data());
+        c.ring_u.write_row(l, slot, random_io_bytes(size_t(c.ring_u.row_elems), DType::f32, rng, -0.1f, 0.1f).data());
+      }
     }
-    const std::vector<int32_t> accept_len(size_t(cfg.pool.slots), 2), packed = {3, 2, 4, 1};
-    c.accept_len.upload(accept_len.data(), accept_len.size() * sizeof(int32_t));
+    std::vector<int32_t> cursor = pending;
+    cursor.insert(cursor.end(), start.begin(), start.end());
+    c.ring_cursor.upload(cursor.data(), cursor.size() * sizeof(int32_t));
+    const std::vector<int32_t> packed = {3, 2, 4, 1};  // n_real, then the slots
     c.batch.upload(packed.data(), packed.size() * sizeof(int32_t));
     ops::build_indices(runner().stream, c.spec, c.storage, c.batch_view(rows), c.idx);
     std::vector<int32_t> idx = c.index_storage.download<int32_t>();
@@ -221,33 +237,39 @@ TEST(Ops, CorruptReplayIndicesAreClampedAndRecorded) {
     c.index_storage.upload(idx.data(), idx.size() * sizeof(int32_t));
     ops::verify_layer(runner().stream, c.spec, c.storage, c.idx, rows, 1, in.view(1, 1));
     detail::wait_for_device(runner().memory());
-    return std::vector<std::vector<uint8_t>>{in.o[1][1].download<uint8_t>(), c.pool.bytes(), c.scratch.bytes(),
-                                             c.token_cache.bytes()};
+    return std::vector<std::vector<uint8_t>>{in.o[1][1].download<uint8_t>(), c.pool.bytes(), c.ring_kg.bytes(),
+                                             c.ring_u.bytes()};
   };
   auto at = [](const RoundIndices& i, const int32_t* array) { return size_t(array - i.row_slot); };
-  const int64_t cache_rows = 2 * int64_t(cfg.pool.slots);
   const detail::MappedHostBuffer corrupt_errors(runner().memory(), sizeof(DeviceErrorWord)),
       clamped_errors(runner().memory(), sizeof(DeviceErrorWord));
   const auto count = [](const detail::MappedHostBuffer& e) {
     return read_device_errors(static_cast<const DeviceErrorWord*>(e.host())).count;
   };
-  const auto corrupt = run(
-      [&](std::vector<int32_t>& v, const RoundIndices& i) {
-        v[at(i, i.seed_accept) + 0] = T + 5;           // prefix longer than a cache row
-        v[at(i, i.replay_from) + 1] = int32_t(cache_rows);  // prefix row outside the view
-        v[at(i, i.cache_to) + 2] = int32_t(cache_rows) + 7;  // new tokens' row outside the view
-      },
-      corrupt_errors);
-  const auto clamped = run(
-      [&](std::vector<int32_t>& v, const RoundIndices& i) {
-        v[at(i, i.seed_accept) + 0] = T;
-        v[at(i, i.seed_accept) + 1] = 0;
-        v[at(i, i.replay_from) + 1] = -1;
-        v[at(i, i.cache_to) + 2] = -1;
-      },
-      clamped_errors);
+  // Three real rows, slots 2, 4 and 1, and a padded one. Slot 4's pending count and slot 2's start are
+  // out of range in the slots' cursor; rows 2 and 1 get an out-of-range count and start in the indices
+  // after the build.
+  std::vector<int32_t> pending(size_t(P), 2), start(size_t(P), 1);
+  std::vector<int32_t> bad_pending = pending, bad_start = start;
+  bad_pending[4] = R - T + 5;
+  bad_start[2] = -4;
+  const auto corrupt = run(bad_pending, bad_start,
+                           [&](std::vector<int32_t>& v, const RoundIndices& i) {
+                             v[at(i, i.ring_pending) + 2] = 100;
+                             v[at(i, i.ring_start) + 1] = R;
+                           },
+                           corrupt_errors);
+  std::vector<int32_t> fixed_pending = pending, fixed_start = start;
+  fixed_pending[4] = R - T;
+  fixed_start[2] = 0;
+  const auto clamped = run(fixed_pending, fixed_start,
+                           [&](std::vector<int32_t>& v, const RoundIndices& i) {
+                             v[at(i, i.ring_pending) + 2] = R - T;
+                             v[at(i, i.ring_start) + 1] = R - 1;
+                           },
+                           clamped_errors);
   EXPECT_EQ(count(clamped_errors), 0u);
-  EXPECT_EQ(count(corrupt_errors), 3u) << "each corrupt entry once";
+  EXPECT_EQ(count(corrupt_errors), 4u) << "each corrupt cursor once";
   ASSERT_EQ(corrupt.size(), clamped.size());
   for (size_t b = 0; b < corrupt.size(); ++b) EXPECT_EQ(first_difference(corrupt[b], clamped[b]), -1) << "buffer " << b;
 }

@@ -48,6 +48,28 @@ TEST(Validate, BadShapesAreRejectedByName) {
                   "options.gate_lower_bound", "1.0");
 }
 
+// SPEC §3: replay's ring holds a round's T records beside up to R - T pending ones, so R >= 2 T, and a
+// flush_min above R - T could never be reached; other modes have no ring to check.
+TEST(Validate, ABadReplayRingIsRejectedByName) {
+  auto with = [](Mode mode, ReplayRing ring) {
+    VerifierConfig c = small_verifier(Backend::cpu, mode);  // T = 4
+    c.ring = ring;
+    return [c] { Verifier v(c); };
+  };
+  expect_rejected(with(Mode::replay, ReplayRing{7, -1}), "ring.records", "7");
+  expect_rejected(with(Mode::replay, ReplayRing{-8, -1}), "ring.records", "-8");
+  expect_rejected(with(Mode::replay, ReplayRing{12, 9}), "ring.flush_min", "9");
+  expect_rejected(with(Mode::replay, ReplayRing{8, 5}), "ring.flush_min", "5");  // R - T = 4
+  expect_rejected(with(Mode::replay, ReplayRing{12, -2}), "ring.flush_min", "-2");
+  for (ReplayRing ok : {ReplayRing{8, 0}, ReplayRing{8, 4}, ReplayRing{0, -1}, ReplayRing{12, 8}}) {
+    EXPECT_NO_THROW(with(Mode::replay, ok)()) << ok.records << " " << ok.flush_min;
+  }
+  EXPECT_NO_THROW(with(Mode::fused_accept, ReplayRing{3, 9})()) << "only replay has a ring";
+  EXPECT_EQ(resolved_ring(ReplayRing{}, 4).records, 12);
+  EXPECT_EQ(resolved_ring(ReplayRing{}, 4).flush_min, 5);
+  EXPECT_EQ(resolved_ring(ReplayRing{8, -1}, 4).flush_min, 4) << "T + 1 where R - T allows it";
+}
+
 #if !defined(KDAGRAPH_WITH_CUDA)
 TEST(Validate, CudaBackendWithoutCudaIsAnError) {
   VerifierConfig c = small_verifier(Backend::cuda, Mode::fused_accept);

@@ -29,7 +29,11 @@ struct IndexRun {
   bool guarded = false;
   std::vector<int32_t> round_parity;  // [P], or empty: no parity kept
   Mode mode = Mode::fused_accept;
-  std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row, row_parity, replay_from, cache_to;
+  // Replay: the slots' ring cursors [P] (all 0 unless a case sets them) and the ring.
+  std::vector<int32_t> slot_pending, slot_start;
+  ReplayRing ring;
+  std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row, row_parity, ring_pending, ring_start,
+      ring_flush;
   std::vector<DeviceErrorWord> errors{DeviceErrorWord{}};
 
   IndexRun(int32_t pool_slots, int32_t scratch_steps, int32_t tokens, std::vector<int32_t> batch, int32_t real)
@@ -37,7 +41,8 @@ struct IndexRun {
     poison();
   }
   void poison() {
-    for (auto* v : {&row_slot, &seed_pool, &seed_scratch, &seed_accept, &row_parity, &replay_from, &cache_to})
+    for (auto* v : {&row_slot, &seed_pool, &seed_scratch, &seed_accept, &row_parity, &ring_pending, &ring_start,
+                    &ring_flush})
       v->assign(size_t(N), 77);
     write_row.assign(size_t(N) * size_t(T), 77);
   }
@@ -55,6 +60,14 @@ struct IndexRun {
     p.rows = N;
     p.policy = mode_policy(mode);
     p.round_parity = round_parity.empty() ? nullptr : at.in(round_parity);
+    if (mode_policy(mode).ring) {
+      if (slot_pending.empty()) slot_pending.assign(size_t(P), 0);
+      if (slot_start.empty()) slot_start.assign(size_t(P), 0);
+      if (ring.records == 0) ring = ReplayRing{3 * T, T + 1};
+      p.ring_pending = at.in(slot_pending);
+      p.ring_start = at.in(slot_start);
+      p.ring = ring;
+    }
     p.errors = at.out(errors);
     p.out.capacity = N;
     p.out.tokens = T;
@@ -64,8 +77,9 @@ struct IndexRun {
     p.out.seed_accept = at.out(seed_accept);
     p.out.write_row = at.out(write_row);
     p.out.row_parity = at.out(row_parity);
-    p.out.replay_from = at.out(replay_from);
-    p.out.cache_to = at.out(cache_to);
+    p.out.ring_pending = at.out(ring_pending);
+    p.out.ring_start = at.out(ring_start);
+    p.out.ring_flush = at.out(ring_flush);
     return p;
   }
   void run() {
@@ -74,10 +88,11 @@ struct IndexRun {
     at.fetch();
   }
   // Every output, in one array: row_slot, seed_pool, seed_scratch, seed_accept, write_row, row_parity,
-  // replay_from, cache_to.
+  // ring_pending, ring_start, ring_flush.
   std::vector<int32_t> all() const {
     std::vector<int32_t> out;
-    for (const auto* v : {&row_slot, &seed_pool, &seed_scratch, &seed_accept, &write_row, &row_parity, &replay_from, &cache_to})
+    for (const auto* v : {&row_slot, &seed_pool, &seed_scratch, &seed_accept, &write_row, &row_parity, &ring_pending,
+                          &ring_start, &ring_flush})
       out.insert(out.end(), v->begin(), v->end());
     return out;
   }
@@ -152,8 +167,7 @@ TEST(Indices, TheModeDecidesWhereSeedsAndPostStatesGo) {
     for (const IndexCase& c : cases()) {
       SCOPED_TRACE(std::string(to_string(mode)) + " " + c.name);
       const auto accept = random_accepts(c.P, c.T, rng);
-      const IndexRun b = run_case(c, accept, mode, mode == Mode::replay ? std::vector<int32_t>(size_t(c.P), 0)
-                                                                         : std::vector<int32_t>{});
+      const IndexRun b = run_case(c, accept, mode);
       for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
         if (!is_real(c, n)) continue;
         const int32_t slot = c.slots[size_t(n)];
@@ -167,33 +181,67 @@ TEST(Indices, TheModeDecidesWhereSeedsAndPostStatesGo) {
   }
 }
 
-// The round parity (replay's token cache rows, a conv's halves) is gathered per row where the storage
-// keeps one, -1 for padded rows and wherever it is not kept; replay's cache rows follow it.
+// The round parity (a conv's halves) is gathered per row where the storage keeps one, -1 for padded
+// rows and wherever it is not kept.
 TEST(Indices, TheRoundParityIsGatheredWhereKept) {
   KDA_SKIP_WITHOUT_RUNNER();
   std::mt19937_64 rng(fresh_seed());
-  for (Mode mode : {Mode::fused_accept, Mode::replay}) {
-    for (bool kept : {true, false}) {
-      if (mode == Mode::replay && !kept) continue;  // replay always keeps it
-      for (const IndexCase& c : cases()) {
-        SCOPED_TRACE(std::string(to_string(mode)) + (kept ? " kept " : " not kept ") + c.name);
-        std::vector<int32_t> parity(size_t(c.P));
-        for (auto& p : parity) p = int32_t(rng() % 2);
-        const auto accept = random_accepts(c.P, c.T, rng);
-        const IndexRun b = run_case(c, accept, mode, kept ? parity : std::vector<int32_t>{});
-        for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
-          const int32_t slot = c.slots[size_t(n)];
-          if (!is_real(c, n) || !kept) {
-            EXPECT_EQ(b.row_parity[size_t(n)], -1) << "row " << n;
-            continue;
-          }
-          EXPECT_EQ(b.row_parity[size_t(n)], parity[size_t(slot)]) << "row " << n;
-          if (mode != Mode::replay) continue;
-          EXPECT_EQ(b.cache_to[size_t(n)], slot * 2 + 1 - parity[size_t(slot)]) << "row " << n;
-          EXPECT_EQ(b.replay_from[size_t(n)], accept[size_t(slot)] > 0 ? slot * 2 + parity[size_t(slot)] : -1)
-              << "row " << n;
-        }
+  for (bool kept : {true, false}) {
+    for (const IndexCase& c : cases()) {
+      SCOPED_TRACE(std::string(kept ? "kept " : "not kept ") + c.name);
+      std::vector<int32_t> parity(size_t(c.P));
+      for (auto& p : parity) p = int32_t(rng() % 2);
+      const IndexRun b = run_case(c, random_accepts(c.P, c.T, rng), Mode::fused_accept,
+                                  kept ? parity : std::vector<int32_t>{});
+      for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
+        const bool real = is_real(c, n) && kept;
+        EXPECT_EQ(b.row_parity[size_t(n)], real ? parity[size_t(c.slots[size_t(n)])] : -1) << "row " << n;
       }
+    }
+  }
+}
+
+// SPEC §3 replay: each real row gets its slot's ring cursor and whether the round flushes (at least
+// flush_min pending records, or too many for another round: pending + T > R - T); padded rows -1. A
+// cursor outside the ring (pending above R - T, a start outside [0, R)) is clamped and recorded.
+TEST(Indices, TheRingCursorIsGatheredAndTheFlushDecided) {
+  KDA_SKIP_WITHOUT_RUNNER();
+  std::mt19937_64 rng(fresh_seed());
+  for (const IndexCase& c : cases()) {
+    for (int32_t flush_min : {0, c.T + 1, 2 * c.T}) {
+      SCOPED_TRACE(c.name + " flush_min " + std::to_string(flush_min));
+      IndexRun r(c.P, c.S, c.T, c.slots, c.n_real);
+      r.mode = Mode::replay;
+      r.accept_len = random_accepts(c.P, c.T, rng);
+      r.ring = ReplayRing{3 * c.T, flush_min};
+      const int32_t R = r.ring.records;
+      r.slot_pending.resize(size_t(c.P));
+      r.slot_start.resize(size_t(c.P));
+      for (int32_t slot = 0; slot < c.P; ++slot) {
+        r.slot_pending[size_t(slot)] = int32_t(rng() % uint64_t(R - c.T + 1));
+        r.slot_start[size_t(slot)] = int32_t(rng() % uint64_t(R));
+      }
+      const int32_t first = c.slots[0];  // every case's row 0 is real: its cursor, out of range
+      r.slot_pending[size_t(first)] = R - c.T + 1 + int32_t(rng() % 4);
+      r.slot_start[size_t(first)] = -1 - int32_t(rng() % 4);
+      r.run();
+      for (int32_t n = 0; n < int32_t(c.slots.size()); ++n) {
+        if (!is_real(c, n)) {
+          EXPECT_EQ(r.ring_pending[size_t(n)], -1) << "row " << n;
+          EXPECT_EQ(r.ring_start[size_t(n)], -1) << "row " << n;
+          EXPECT_EQ(r.ring_flush[size_t(n)], -1) << "row " << n;
+          continue;
+        }
+        const int32_t slot = c.slots[size_t(n)];
+        const int32_t pending = slot == first ? R - c.T : r.slot_pending[size_t(slot)];
+        const int32_t start = slot == first ? 0 : r.slot_start[size_t(slot)];
+        EXPECT_EQ(r.ring_pending[size_t(n)], pending) << "row " << n;
+        EXPECT_EQ(r.ring_start[size_t(n)], start) << "row " << n;
+        const bool flush = pending >= flush_min || pending + c.T > R - c.T;
+        EXPECT_EQ(r.ring_flush[size_t(n)], flush ? 1 : 0) << "row " << n << " pending " << pending;
+      }
+      EXPECT_EQ(r.errors[0].count, 2u) << "the first row's pending count and start";
+      EXPECT_EQ(DeviceErrorCode(r.errors[0].code), DeviceErrorCode::ring_out_of_range);
     }
   }
 }
@@ -221,8 +269,9 @@ TEST(Indices, APredictionFromPreRoundDataIsWhatTheBuildWrites) {
         EXPECT_EQ(predicted.seed_pool, b.seed_pool[size_t(n)]) << "row " << n;
         EXPECT_EQ(predicted.seed_scratch, b.seed_scratch[size_t(n)]) << "row " << n;
         EXPECT_EQ(predicted.parity, b.row_parity[size_t(n)]) << "row " << n;
-        EXPECT_EQ(predicted.replay_from, b.replay_from[size_t(n)]) << "row " << n;
-        EXPECT_EQ(predicted.cache_to, b.cache_to[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.ring_pending, b.ring_pending[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.ring_start, b.ring_start[size_t(n)]) << "row " << n;
+        EXPECT_EQ(predicted.ring_flush, b.ring_flush[size_t(n)]) << "row " << n;
       }
     }
   }

@@ -70,9 +70,12 @@ def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv
     scratch_arg = per_layer(np.zeros((L, P * S, HV, V, K), np.float32))
     accept_len = np.zeros(P, np.int32)
     extra = {}
-    if mode == "replay":
-        extra = dict(token_cache=np.zeros((L, 2 * P, spec.token_cache_row_stride), np.float32))
-    if mode == "replay" or (W and mode == "fused-accept"):  # the token cache's rows, the conv state's halves
+    if mode == "replay":  # the ring's records (SGLang's layout: one array; vLLM's: one per layer) and cursor
+        extra = dict(ring_kg=per_layer(np.full((L, P, spec.ring_kg_row_stride), np.nan, np.float32)),
+                     ring_u=per_layer(np.full((L, P, spec.ring_u_row_stride), np.nan, np.float32)),
+                     ring_pending=np.zeros(P, np.int32), ring_start=np.zeros(P, np.int32))
+    assert spec.keeps_round_parity == (W > 0 and mode != "two-phase")
+    if spec.keeps_round_parity:  # the conv state's halves
         extra["round_parity"] = np.zeros(P, np.int32)
     if W:
         columns = spec.conv_state_row_elems(S) // C
@@ -270,8 +273,9 @@ def test_the_gate_parameters_of_the_ops_are_checked():
     spec = kdagraph.RoundSpec(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T, mode="replay",
                               gate="softplus")
     storage = kdagraph.SlotStorage(spec, pool=np.zeros((L, P, HV, V, K), np.float32), accept_len=np.zeros(P, np.int32),
-                                   scratch_steps=S, token_cache=np.zeros((L, 2 * P, spec.token_cache_row_stride), np.float32),
-                                   round_parity=np.zeros(P, np.int32))
+                                   scratch_steps=S, ring_kg=np.zeros((L, P, spec.ring_kg_row_stride), np.float32),
+                                   ring_u=np.zeros((L, P, spec.ring_u_row_stride), np.float32),
+                                   ring_pending=np.zeros(P, np.int32), ring_start=np.zeros(P, np.int32))
     indices = kdagraph.RoundIndices(np.zeros(kdagraph.round_index_elems(N, T), np.int32), N, T)
     kdagraph.build_indices(spec, storage, indices, slots=np.arange(N, dtype=np.int32), n_real=np.array([N], np.int32), rows=N)
     z = lambda *shape: np.zeros(shape, np.float32)

@@ -1,7 +1,7 @@
 """The ops of a round with token trees over caller arrays (SPEC §10, §12): RoundSpec(trees=True),
 build_indices(parent=), conv_layer then verify_layer, accept_path (and commit), SlotStorage's accept_path,
-bitwise equal to a Verifier(trees=True) running the same random trees and paths, in fused-accept and
-two-phase, with and without the short convolution; a tree or a path where the spec has none, and a
+bitwise equal to a Verifier(trees=True) running the same random trees and paths, in every mode, with and
+without the short convolution; a tree or a path where the spec has none, and a
 missing or unwanted accept_path, refused by name."""
 
 import numpy as np
@@ -14,14 +14,14 @@ from test_verifier_trees import BATCH, C, H, HV, K, L, OPTIONS, P, S, SHAPE, T, 
 
 
 @pytest.mark.parametrize("conv_width", [0, 3], ids=["no-conv", "conv3"])
-@pytest.mark.parametrize("mode", ["fused-accept", "two-phase"])
+@pytest.mark.parametrize("mode", ["fused-accept", "two-phase", "replay"])
 def test_ops_with_trees_equal_the_verifier_bitwise(rng, mode, conv_width):
     """Eight rounds of random trees and paths, fresh inputs, outputs poisoned: build_indices(parent=),
     conv_layer then verify_layer, accept_path (and commit), bitwise the Verifier's eager rounds; a retirement
     midway and at the end, materialized states and conv windows bitwise."""
     W, N = conv_width, BATCH
     spec = kdagraph.RoundSpec(**SHAPE, tokens=T, mode=mode, conv_width=W, trees=True, **OPTIONS)
-    assert spec.trees and spec.keeps_accept_path == (W > 0 and mode == "fused-accept")
+    assert spec.trees and spec.keeps_accept_path == (W > 0 and mode != "two-phase")
     verifier = kdagraph.Verifier(**SHAPE, slots=P, scratch_steps=S, max_rows=N, tokens=T, mode=mode, conv_width=W,
                                  trees=True, **OPTIONS)
     buffers = [round_inputs(1, layer, N, W) for layer in range(L)]
@@ -44,9 +44,14 @@ def test_ops_with_trees_equal_the_verifier_bitwise(rng, mode, conv_width):
         else:
             extra["round_parity"] = np.zeros(P, np.int32)
             extra["accept_path"] = np.full((P, T), 99, np.int32)  # not read before a slot's first accept
+    if mode == "replay":  # the ring (SPEC §3): the accepted path's records become the pending ones
+        extra.update(ring_kg=np.full((L, P, spec.ring_kg_row_stride), np.nan, np.float32),
+                     ring_u=np.full((L, P, spec.ring_u_row_stride), np.nan, np.float32),
+                     ring_pending=np.zeros(P, np.int32), ring_start=np.zeros(P, np.int32))
+    else:
+        extra["scratch"] = np.zeros((L, P * S, HV, V, K), np.float32)
     accept_len = np.zeros(P, np.int32)
-    storage = kdagraph.SlotStorage(spec, pool=pool, accept_len=accept_len, scratch_steps=S,
-                                   scratch=np.zeros((L, P * S, HV, V, K), np.float32), **extra)
+    storage = kdagraph.SlotStorage(spec, pool=pool, accept_len=accept_len, scratch_steps=S, **extra)
     offsets = kdagraph.round_index_offsets(N, T)
     assert offsets["parent"][1] == N * T
     indices = kdagraph.RoundIndices(np.zeros(kdagraph.round_index_elems(N, T), np.int32), N, T)
@@ -89,9 +94,9 @@ def test_ops_with_trees_equal_the_verifier_bitwise(rng, mode, conv_width):
             kdagraph.commit(spec, storage, indices, rows=N)
         assert same_bits(accept_len, verifier.accept_len), f"round {r}: accept lengths"
         if r == 4:
-            kdagraph.materialize(spec, storage, slots=batch[:1].copy())
+            kdagraph.materialize(spec, storage, slots=batch[:1].copy(), gates=gates)
             verifier.materialize(batch[:1].tolist())
-    kdagraph.materialize(spec, storage, slots=np.arange(P, dtype=np.int32))
+    kdagraph.materialize(spec, storage, slots=np.arange(P, dtype=np.int32), gates=gates)
     verifier.materialize(list(range(P)))
     want = np.empty((L, HV, V, K), np.float32)
     want_window = np.empty(verifier.conv_window_shape, np.float32)

@@ -1,7 +1,8 @@
-"""Replay mode with the gate in the kernel from Python (SPEC §3, §6): a round replays each slot's accepted
-prefix with its own A_log and dt_bias, the layer's weights. A round whose gate arrays moved while a prefix
-verified with the old ones may pend is refused as kdagraph.InvalidArgument (a ValueError) naming the
-argument, and changes nothing; once every slot is materialized or prefilled they may move."""
+"""Replay mode with the gate in the kernel from Python (SPEC §3, §6): a round folds each slot's pending
+records, which hold the raw gate an earlier round was given, with its own A_log and dt_bias, the layer's
+weights. A round whose gate arrays moved while records verified with the old ones may pend is refused as
+kdagraph.InvalidArgument (a ValueError) naming the argument, and changes nothing; once every slot is
+materialized or prefilled they may move."""
 
 import numpy as np
 import pytest
@@ -38,7 +39,7 @@ def test_moved_gates_are_refused_by_name_until_every_slot_is_settled(rng):
     runner.accept(np.array([2, 3], np.int32))
 
     # Layer 1's A_log copied: the same values elsewhere. The Verifier sees where the weights are, not
-    # their values, and the pending prefixes of layer 1 were verified with the old array.
+    # their values, and the pending records of layer 1 were verified with the old array.
     moved = [dict(layer, o=np.full_like(layer["o"], np.nan)) for layer in inputs]
     moved[1]["A_log"] = weights[1][0].copy()
     other = kdagraph.GraphRunner(verifier, moved, exec="eager")

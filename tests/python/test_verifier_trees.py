@@ -2,7 +2,8 @@
 GraphRunner driven from Python, each round's tree given by set_tree (or written into Verifier.parent, as a
 drafter on the device would) and its accepted paths by accept_path_from_host or GraphRunner.accept_path,
 bitwise equal to the C++ host engine drafting the same hashed top-K trees (--tree K), outputs every round
-and states and conv windows after materialize; top-1 trees bitwise the chain engine. Bad trees and paths
+and states and conv windows after materialize; top-1 trees bitwise the chain engine, and replay's engine
+bitwise fused accept's. Bad trees and paths
 are refused by name with nothing changed. (The ops of a round with trees: test_ops_trees.py.)
 On CUDA (skipped without one) the runner's captured rounds match the CPU backend."""
 
@@ -42,7 +43,7 @@ def round_trees(seed, r, slots, top_k, rate):
 
 @pytest.mark.parametrize("top_k", [1, 3])
 @pytest.mark.parametrize("conv_width", [0, 4], ids=["no-conv", "conv4"])
-@pytest.mark.parametrize("mode", ["fused-accept", "two-phase"])
+@pytest.mark.parametrize("mode", ["fused-accept", "two-phase", "replay"])
 def test_python_tree_rounds_equal_the_cpp_host_engine_bitwise(rng, mode, conv_width, top_k):
     """Each round's tree goes in through set_tree, or (rounds 2, 6, 10, ...) straight into Verifier.parent;
     its paths through GraphRunner.accept_path (even rounds) or Verifier.accept_path_from_host (odd, a list
@@ -57,6 +58,11 @@ def test_python_tree_rounds_equal_the_cpp_host_engine_bitwise(rng, mode, conv_wi
         chain_outputs, _, chain_retired = engine(seed, rate, mode, conv_width, 0)
         assert all(same_bits(a, b) for a, b in zip(outputs, chain_outputs))
         assert all(same_bits(a[2], b[2]) for a, b in zip(retired, chain_retired))
+    if mode == "replay":  # SPEC §3: the ring gives fused accept's outputs and states bitwise, trees included
+        fused_outputs, _, fused_retired = engine(seed, rate, "fused-accept", conv_width, top_k)
+        assert all(same_bits(a, b) for a, b in zip(outputs, fused_outputs))
+        assert all(same_bits(a[2], b[2]) for a, b in zip(retired, fused_retired))
+        assert not conv_width or all(same_bits(a[3], b[3]) for a, b in zip(retired, fused_retired))
 
     verifier = kdagraph.Verifier(backend="cpu", **SHAPE, slots=P, scratch_steps=S, max_rows=BATCH, tokens=T,
                                  mode=mode, conv_width=conv_width, trees=True, **OPTIONS)

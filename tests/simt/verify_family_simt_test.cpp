@@ -163,10 +163,11 @@ void expect_rounds_agree(const VerifierConfig& c, const ConvShape& conv, uint64_
   const int32_t P = c.pool.slots, L = c.model.layers, N = c.max_rows, T = c.tokens;
   TwinStart start(c, conv, sa, sb, rng);
   auto storage_bytes = [](const CallerStorage& s) {
-    return std::vector<std::vector<uint8_t>>{s.pool.bytes(), s.scratch.bytes(), s.token_cache.bytes(),
-                                             s.conv_state.bytes(), s.accept_len.download<uint8_t>()};
+    return std::vector<std::vector<uint8_t>>{s.pool.bytes(),       s.scratch.bytes(),    s.ring_kg.bytes(),
+                                             s.ring_u.bytes(),      s.conv_state.bytes(), s.accept_len.download<uint8_t>(),
+                                             s.ring_cursor.download<uint8_t>()};
   };
-  const char* storage_names[] = {"pool", "scratch", "token cache", "conv state", "accept_len"};
+  const char* storage_names[] = {"pool", "scratch", "ring k and g", "ring u", "conv state", "accept_len", "ring cursor"};
   for (int r = 0; r < rounds; ++r) {
     SCOPED_TRACE("round " + std::to_string(r));
     const auto [slots, accepted] = random_batch(rng, P, N, T);
