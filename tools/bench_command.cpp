@@ -46,6 +46,7 @@ struct BenchOptions {
   bool fuse_conv = true;
   bool pdl = true;
   int32_t tree = 0;
+  ReplayRing ring;
   bool node_trace = false;
   std::string csv, md;
 };
@@ -56,12 +57,13 @@ OptionTable bench_options(BenchOptions& o) {
   OptionTable t("kdagraph bench",
                 "Times rounds of the host engine over modes, executions, sampler placement, batch sizes and "
                 "draft lengths; prints a markdown table. Defaults: on the CPU the tiny preset over batches "
-                "1,2,4,8,16 and drafts 0,3 (seconds); on CUDA batches 1,4,16,64 and drafts 0,3,7.");
+                "1,2,4,8,16 and drafts 0,3 (seconds); on CUDA batches 1,4,16,64 and drafts 0,3,7; a preset "
+                "with a draft length of its own (kimi-k3-tp8: 7) runs that one alone.");
   add_model_options(t, o.model);
   add_backend_option(t, o.backend);
   t.value("batches", "N,N,...", "batch sizes (each run in a bucket of exactly that size)",
           [&o](const std::string& n, const std::string& v) { o.batches = parse_int_list(n, v, 1, 4096); });
-  t.value("drafts", "N,N,...", "draft lengths, T = N + 1",
+  t.value("drafts", "N,N,...", "draft lengths, T = N + 1 (default: the preset's, else the backend's)",
           [&o](const std::string& n, const std::string& v) { o.drafts = parse_int_list(n, v, 0, 63); });
   t.value("modes", "LIST", "of two-phase,fused-accept,replay (default all)",
           [&o](const std::string& n, const std::string& v) { o.modes = parse_choice_list(n, v, kModeNames); });
@@ -83,6 +85,7 @@ OptionTable bench_options(BenchOptions& o) {
   add_unfused_conv_option(t, o.fuse_conv);
   add_pdl_option(t, o.pdl);
   add_tree_option(t, o.tree);
+  add_ring_options(t, o.ring);
   t.value("csv", "FILE", "write the results as CSV (profiling/plot.py draws them)",
           [&o](const std::string&, const std::string& v) { o.csv = v; });
   t.value("md", "FILE", "also write the markdown table to FILE",
@@ -152,10 +155,8 @@ void trace_off(std::string& trace_problem, const Error& failure) {
 #endif
 
 
-// `trace_problem`: empty while node tracing works; the first failure's message turns it off for the rest
-// of the sweep, so a machine where CUPTI cannot trace still gets its timings.
-Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o, int32_t rounds,
-                 std::string& trace_problem) {
+// The engine of one point: its one bucket is exactly the batch.
+EngineSetup point_setup(const Point& p, const EngineSetup& base) {
   EngineSetup e = base;
   e.mode = p.mode;
   e.exec = p.exec;
@@ -164,6 +165,14 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   e.batch = p.batch;
   e.slots = p.batch;
   e.buckets = {p.batch};
+  return e;
+}
+
+// `trace_problem`: empty while node tracing works; the first failure's message turns it off for the rest
+// of the sweep, so a machine where CUPTI cannot trace still gets its timings.
+Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o, int32_t rounds,
+                 std::string& trace_problem) {
+  const EngineSetup e = point_setup(p, base);
   const HostEngineConfig cfg = engine_config(e);
   const auto stream = detail::StreamHandle::create(e.backend);
   // On CUDA each round is timed by events; on the CPU, where work runs as it is enqueued, by the host clock.
@@ -242,9 +251,12 @@ std::string csv_text(const std::vector<Result>& results, const EngineSetup& base
   std::string out =
       "backend,mode,exec,sampler,layers,heads,value_heads,head_k,head_v,io_dtype,state_dtype,tokens,batch,"
       "bucket,rounds,host_ms,device_ms,tokens_per_s,state_bytes_per_round,bandwidth_gbs,copy_ceiling_gbs,"
-      "graph_nodes,graph_us_traced,idle_pct,largest_gap_us,conv_width,cpu_isa\n";
+      "graph_nodes,graph_us_traced,idle_pct,largest_gap_us,conv_width,cpu_isa,ring_records,ring_flush_min\n";
   const ModelShape& m = base.model;
   for (const Result& r : results) {
+    // Replay's ring with its defaults filled in for the point's T; empty for the other modes.
+    const ReplayRing ring = resolved_ring(base.ring, r.p.tokens);
+    const bool replay = mode_policy(r.p.mode).ring;
     out += std::string(to_string(base.backend)) + "," + to_string(r.p.mode) + "," + to_string(r.p.exec) +
            "," + kSamplerNames[r.p.sampler_in ? 0 : 1] + "," + std::to_string(m.layers) + "," +
            std::to_string(m.heads) + "," + std::to_string(m.value_heads) + "," + std::to_string(m.head_k) +
@@ -255,7 +267,8 @@ std::string csv_text(const std::vector<Result>& results, const EngineSetup& base
            fmt("%.6g", r.bandwidth_gbs) + "," + fmt("%.6g", ceiling) + "," + fmt("%.6g", r.graph_nodes) +
            "," + fmt("%.6g", r.graph_us) + "," + fmt("%.6g", r.idle_pct) + "," +
            fmt("%.6g", r.largest_gap_us) + "," + std::to_string(engine_config(base).verifier.conv.width) + "," +
-           to_string(cpu_isa()) + "\n";
+           to_string(cpu_isa()) + "," + (replay ? std::to_string(ring.records) : "") + "," +
+           (replay ? std::to_string(ring.flush_min) : "") + "\n";
   }
   return out;
 }
@@ -360,16 +373,27 @@ std::string aims_markdown(const std::vector<Result>& results, bool cuda, const s
   return out;
 }
 
+// "R=3T, flush at T+1 (or R-T where less) pending records", the defaults of a sweep over T, or the
+// values given.
+std::string ring_text(const ReplayRing& ring) {
+  return "R=" + (ring.records > 0 ? std::to_string(ring.records) : std::string("3T")) + ", flush at " +
+         (ring.flush_min >= 0 ? std::to_string(ring.flush_min) : std::string("T+1 (or R-T where less)")) +
+         " pending records";
+}
+
 std::string markdown(const std::vector<Result>& results, const EngineSetup& base, const std::string& preset,
                      double ceiling, const std::string& trace_problem) {
   const bool cuda = base.backend == Backend::cuda;
   const bool traced =
       std::any_of(results.begin(), results.end(), [](const Result& r) { return !std::isnan(r.graph_us); });
+  const bool replay =
+      std::any_of(results.begin(), results.end(), [](const Result& r) { return r.p.mode == Mode::replay; });
   std::string out = "# kdagraph bench: " + std::string(to_string(base.backend)) + ", preset " + preset + " (" +
                     describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) +
                     ", conv " + describe_conv(engine_config(base).verifier) + ", pdl " +
                     describe_pdl(base.pdl, base.backend) +
-                    (base.tree > 0 ? ", top-" + std::to_string(base.tree) + " token trees (SPEC 12)" : "") + "\n\n";
+                    (base.tree > 0 ? ", top-" + std::to_string(base.tree) + " token trees (SPEC 12)" : "") +
+                    (replay ? ", replay ring " + ring_text(base.ring) : "") + "\n\n";
   out +=
       "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
       (cuda ? "device-to-device cudaMemcpy" : "memcpy on the CPU cores") +
@@ -418,6 +442,7 @@ void write_file(const std::string& option, const std::string& path, const std::s
 }
 
 int bench(BenchOptions o) {
+  const Preset& preset = find_preset(o.model.preset);
   EngineSetup base;
   base.model = o.model.shape();
   base.backend = resolve_backend(o.backend);
@@ -425,16 +450,20 @@ int bench(BenchOptions o) {
   base.state = o.model.state;
   base.accept_rate = o.accept_rate;
   base.seed = o.seed;
-  base.conv = o.conv;
+  base.conv_width = o.conv ? preset.conv_width : 0;
   base.fuse_conv = o.fuse_conv;
   base.pdl = o.pdl;
   base.tree = o.tree;
+  base.ring = o.ring;
   const bool cuda = base.backend == Backend::cuda;
   if (o.node_trace && !cuda) throw UsageError("--node-trace: traces CUDA graphs, but the backend is the CPU");
   if (o.node_trace && std::find(o.execs.begin(), o.execs.end(), size_t(Exec::graph)) == o.execs.end())
     throw UsageError("--node-trace: traces graph points, but --execs has no graph");
   if (o.batches.empty()) o.batches = cuda ? std::vector<int64_t>{1, 4, 16, 64} : std::vector<int64_t>{1, 2, 4, 8, 16};
-  if (o.drafts.empty()) o.drafts = cuda ? std::vector<int64_t>{0, 3, 7} : std::vector<int64_t>{0, 3};
+  if (o.drafts.empty())
+    o.drafts = preset.draft >= 0 ? std::vector<int64_t>{preset.draft}
+               : cuda            ? std::vector<int64_t>{0, 3, 7}
+                                 : std::vector<int64_t>{0, 3};
   const int32_t rounds = o.rounds > 0 ? o.rounds : cuda ? 50 : 20;
 
   std::vector<Point> points;
@@ -444,6 +473,9 @@ int bench(BenchOptions o) {
         for (size_t exec : o.execs)
           for (size_t sampler : o.samplers)
             points.push_back(Point{Mode(mode), Exec(exec), sampler == 0, int32_t(draft + 1), int32_t(batch)});
+  // Every point's configuration is checked before the first is timed: a ring that cannot hold a T of the
+  // sweep is refused at once, by name, not after minutes of other points.
+  for (const Point& p : points) validate(engine_config(point_setup(p, base)));
 
   const double ceiling = copy_ceiling_gbs(base.backend);
   std::vector<Result> results;

@@ -12,6 +12,8 @@ const std::vector<Preset>& presets() {
       {"tiny", ModelShape{2, 2, 4, 64, 64}, "a small model for quick runs and tests; K = V = 64 also runs on the GPU"},
       {"kimi-linear-48b", ModelShape{20, 32, 32, 128, 128}, "Kimi-Linear-48B-A3B: its 20 KDA layers"},
       {"kimi-linear-48b-tp2", ModelShape{20, 16, 16, 128, 128}, "the same at tensor parallel 2 (one rank)"},
+      {"kimi-k3-tp8", ModelShape{69, 12, 12, 128, 128},
+       "Kimi-K3: its 69 KDA layers at tensor parallel 8 (one rank), 7 draft tokens (DSpark or MTP)", 7, 4},
   };
   return kPresets;
 }
@@ -28,13 +30,22 @@ std::vector<std::string> preset_names() {
   return names;
 }
 
+// "L=69 H=12 HV=12 K=128 V=128, T=8, conv W=4 over C=4608"
+std::string preset_text(const Preset& p) {
+  std::string out = describe(p.model);
+  if (p.draft >= 0) out += ", T=" + std::to_string(p.draft + 1);
+  if (p.conv_width > 0)
+    out += ", conv W=" + std::to_string(p.conv_width) + " over C=" + std::to_string(conv_channels(p.model));
+  return out;
+}
+
+}  // namespace
+
 const Preset& find_preset(const std::string& name) {
   for (const Preset& p : presets())
     if (name == p.name) return p;
   throw UsageError("--preset: '" + name + "' is not one of: " + join(preset_names(), ", "));
 }
-
-}  // namespace
 
 ModelShape ModelOptions::shape() const {
   const Preset& p = find_preset(preset);
@@ -55,9 +66,9 @@ ModelShape ModelOptions::shape() const {
 void add_model_options(OptionTable& t, ModelOptions& m) {
   std::string preset_help = "model shape:";
   for (const Preset& p : presets())
-    preset_help += std::string(" ") + p.name + " (" + describe(p.model) + ";" + " " + p.what + "),";
+    preset_help += std::string(" ") + p.name + " (" + preset_text(p) + "; " + p.what + "),";
   preset_help.back() = ';';
-  preset_help += " default tiny";
+  preset_help += " default tiny; the draft and conv options override a preset's T and conv";
   t.value("preset", "NAME", preset_help, [&m](const std::string&, const std::string& v) {
     find_preset(v);
     m.preset = v;
@@ -116,9 +127,11 @@ HostEngineConfig engine_config(const EngineSetup& e) {
   v.options.l2norm_qk = true;
   v.options.gate = GateMode::softplus;
   v.options.beta_is_logit = true;
-  if (e.conv) v.conv = ConvShape{conv_channels(e.model), 4, ConvActivation::silu};
+  if (e.conv_width > 0) v.conv = ConvShape{conv_channels(e.model), e.conv_width, ConvActivation::silu};
   v.fuse_conv = e.fuse_conv;
   v.pdl = e.pdl;
+  v.ring = e.ring;
+  v.count_bytes = e.count_bytes;
   c.runner.buckets = e.buckets.empty() ? default_buckets(e.batch) : e.buckets;
   c.runner.exec = e.exec;
   c.runner.sampler_in_graph = e.sampler_in_graph;
@@ -150,9 +163,12 @@ ModeFootprint mode_footprint(const VerifierConfig& v) {
   f.state_bytes_per_row = double(state * es) * double(f.transfers) * double(L);
   f.pool_bytes_per_slot = L * row_bytes;
   if (policy.per_token_scratch) f.scratch_bytes_per_slot = L * v.pool.scratch_steps * row_bytes;
-  if (policy.token_cache)
-    f.token_cache_bytes_per_slot = L * 2 * aligned_row_elems(token_cache_row_elems(round_spec(v)), v.io_dtype) *
-                                   int64_t(dtype_size(v.io_dtype));
+  if (policy.ring) {
+    const RoundSpec spec = round_spec(v);
+    const int64_t io = int64_t(dtype_size(v.io_dtype));
+    f.ring_bytes_per_slot = L * (aligned_row_elems(ring_kg_row_elems(spec), v.io_dtype) * io +
+                                 aligned_row_elems(ring_u_row_elems(spec), DType::f32) * int64_t(sizeof(float)));
+  }
   if (v.conv.width > 0) {
     const RoundSpec spec = round_spec(v);
     const int64_t io = int64_t(dtype_size(v.io_dtype));
@@ -165,8 +181,8 @@ ModeFootprint mode_footprint(const VerifierConfig& v) {
 }
 
 void add_conv_option(OptionTable& t, bool& conv) {
-  t.flag("no-conv", "run the recurrent part alone, without the short convolution (on by default: W = 4, SiLU, "
-         "no bias, as Kimi-Linear)",
+  t.flag("no-conv", "run the recurrent part alone, without the short convolution (on by default: the preset's, "
+         "W = 4, SiLU, no bias, as Kimi-Linear and Kimi-K3)",
          [&conv] { conv = false; });
 }
 
@@ -186,6 +202,28 @@ std::string describe(const ConvShape& conv) {
   if (conv.width == 0) return "off (--no-conv): the recurrent part alone";
   return "W=" + std::to_string(conv.width) + (conv.activation == ConvActivation::silu ? " SiLU" : " linear") +
          ", no bias, C=" + std::to_string(conv.channels);
+}
+
+void add_ring_options(OptionTable& t, ReplayRing& ring) {
+  t.value("ring", "R",
+          "replay mode only: records a slot's corrections ring holds per layer and head (SPEC 3), at least 2T "
+          "(default 3T)",
+          [&ring](const std::string& n, const std::string& v) {
+            ring.records = int32_t(parse_int(n, v, 1, 1 << 16));
+          });
+  t.value("flush-min", "N",
+          "replay mode only: fold the pending records into the checkpoint once N have gathered, 0 every round, "
+          "at most R - T (default T + 1, or R - T where that is less)",
+          [&ring](const std::string& n, const std::string& v) {
+            ring.flush_min = int32_t(parse_int(n, v, 0, 1 << 16));
+          });
+}
+
+std::string describe_ring(const ReplayRing& ring, int32_t tokens) {
+  const ReplayRing r = resolved_ring(ring, tokens);
+  const std::string flush =
+      r.flush_min == 0 ? "flush every round" : "flush at " + std::to_string(r.flush_min) + " pending records";
+  return "R=" + std::to_string(r.records) + ", " + flush;
 }
 
 void add_pdl_option(OptionTable& t, bool& pdl) {

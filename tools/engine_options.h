@@ -15,9 +15,15 @@ struct Preset {
   const char* name;
   ModelShape model;
   const char* what;
+  // What the model runs with unless the command line says otherwise: its draft tokens a round (T =
+  // draft + 1; -1: the command's own default) and its short conv's width (SPEC §9, over C = 2 H K + HV V).
+  int32_t draft = -1;
+  int32_t conv_width = 4;
 };
-// tiny (the default), kimi-linear-48b, kimi-linear-48b-tp2.
+// tiny (the default), kimi-linear-48b, kimi-linear-48b-tp2, kimi-k3-tp8.
 const std::vector<Preset>& presets();
+// UsageError naming --preset when `name` is none of them.
+const Preset& find_preset(const std::string& name);
 
 // A preset and the options that override its shape; io and state dtypes.
 struct ModelOptions {
@@ -61,10 +67,12 @@ struct EngineSetup {
   bool vary_batch = false;
   uint64_t seed = 1;
   bool keep_outputs = false;
-  bool conv = true;                  // Kimi-Linear's short convolution before each layer (W = 4, SiLU, no bias)
+  int32_t conv_width = 4;            // the short convolution before each layer (SiLU, no bias); 0: none
   bool fuse_conv = true;             // the conv fused into each layer's verify (VerifierConfig::fuse_conv)
   bool pdl = true;                   // programmatic dependent launch of the round's kernels (SPEC §5)
   int32_t tree = 0;                  // SPEC §12: 0 chains; K: top-K token trees (HostEngineConfig::tree)
+  ReplayRing ring;                   // replay's corrections ring (VerifierConfig::ring); defaults 3 T, T + 1
+  bool count_bytes = false;          // the kernels count the bytes they move (VerifierConfig::count_bytes)
 };
 HostEngineConfig engine_config(const EngineSetup& e);
 
@@ -81,6 +89,12 @@ std::string describe_conv(const VerifierConfig& v);
 // path (SPEC §12); K = 1 is a chain given as a tree.
 void add_tree_option(OptionTable& table, int32_t& tree);
 
+// --ring R --flush-min N: replay's corrections ring (SPEC 3); the library refuses values it cannot hold
+// by name (ring.records, ring.flush_min), in replay mode only.
+void add_ring_options(OptionTable& table, ReplayRing& ring);
+// "R=24, flush at 9 pending records" with the defaults filled in for T = `tokens`.
+std::string describe_ring(const ReplayRing& ring, int32_t tokens);
+
 // --no-pdl: every kernel of a round waits for the previous one to finish (for A/B runs).
 void add_pdl_option(OptionTable& table, bool& pdl);
 // What the switch does on `backend` (on the CPU backend the kernels run one after another anyway).
@@ -92,7 +106,7 @@ struct ModeFootprint {
   double state_bytes_per_row = 0;    // state bytes one row's round moves, over all layers
   int64_t pool_bytes_per_slot = 0;   // per slot, all layers
   int64_t scratch_bytes_per_slot = 0;
-  int64_t token_cache_bytes_per_slot = 0;
+  int64_t ring_bytes_per_slot = 0;  // replay: the ring's records (k, g in the io dtype, u in fp32)
   int64_t conv_state_bytes_per_slot = 0;    // SPEC §9, with a conv
   int64_t conv_scratch_bytes_per_slot = 0;  // two-phase with a conv
 };

@@ -29,7 +29,8 @@ std::string option_for(const std::string& argument) {
       {"model.head_k", "--head-dim"},       {"model.head_v", "--head-dim"}, {"tokens", "--draft"},
       {"pool.scratch_steps", "--draft"},    {"pool.slots", "--slots"},      {"max_rows", "--batch"},
       {"batch", "--batch"},                 {"io_dtype", "--dtype"},        {"pool.state_dtype", "--state-dtype"},
-      {"accept_rate", "--accept-rate"},     {"retire_rate", "--retire-rate"}, {"backend", "--backend"}};
+      {"accept_rate", "--accept-rate"},     {"retire_rate", "--retire-rate"}, {"backend", "--backend"},
+      {"ring.records", "--ring"},           {"ring.flush_min", "--flush-min"}};
   for (const auto& [field, option] : kOptions)
     if (argument == field) return std::string(option) + ": ";
   return "";

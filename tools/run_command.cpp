@@ -28,7 +28,7 @@ namespace {
 struct RunOptions {
   ModelOptions model;
   BackendChoice backend = BackendChoice::automatic;
-  int32_t draft = 3;
+  int32_t draft = -1;  // -1: the preset's, else kDefaultDraft
   int32_t batch = 8;
   int32_t slots = 0;  // 0: 2 * batch
   int32_t rounds = 100;
@@ -43,6 +43,7 @@ struct RunOptions {
   bool fuse_conv = true;
   bool pdl = true;
   int32_t tree = 0;
+  ReplayRing ring;
   int32_t graph_memory_copies = 0;  // 0: not measured
   bool check = false;
   bool json = false;
@@ -50,13 +51,14 @@ struct RunOptions {
 };
 
 constexpr int32_t kMaxBatch = 4096;
+constexpr int32_t kDefaultDraft = 3;
 
 OptionTable run_options(RunOptions& o) {
   OptionTable t("kdagraph run",
                 "Decodes R rounds of speculative decoding through the KDA layers with the host engine of "
                 "SPEC 8 (synthetic inputs and sampler) and prints a summary.");
   add_model_options(t, o.model);
-  t.value("draft", "N", "draft tokens per round, T = N + 1; 0 is plain decode (default 3)",
+  t.value("draft", "N", "draft tokens per round, T = N + 1; 0 is plain decode (default: the preset's, else 3)",
           [&o](const std::string& n, const std::string& v) { o.draft = int32_t(parse_int(n, v, 0, 63)); });
   t.value("batch", "N", "live requests per round, 1 to 4096 (default 8)",
           [&o](const std::string& n, const std::string& v) { o.batch = int32_t(parse_int(n, v, 1, kMaxBatch)); });
@@ -88,6 +90,7 @@ OptionTable run_options(RunOptions& o) {
   add_unfused_conv_option(t, o.fuse_conv);
   add_pdl_option(t, o.pdl);
   add_tree_option(t, o.tree);
+  add_ring_options(t, o.ring);
   t.value("graph-memory-copies", "N",
           "after the capture, instantiate N copies (1 to 4096) of the largest bucket's graph at once and report "
           "the device memory of one: cudaMemGetInfo moves in pages (2 MiB on an H200), which one graph's share "
@@ -133,6 +136,7 @@ struct RunReport {
   int32_t rounds = 0;
   int64_t tokens_accepted = 0;
   int64_t requests_retired = 0;
+  uint64_t bytes_moved = 0;  // by the rounds' kernels (Verifier::bytes_moved): states and ring records
   Timing timing;
   double tokens_per_s = 0;
   std::string timing_note;
@@ -154,6 +158,8 @@ std::string int_list(const std::vector<int32_t>& v) {
   return out;
 }
 
+double bytes_moved_per_round(const RunReport& r) { return double(r.bytes_moved) / double(r.rounds); }
+
 // Kernel nodes of one captured round (every bucket's graph holds the same round); 0 eagerly.
 int32_t kernel_nodes(const RunReport& r) { return r.captures.empty() ? 0 : r.captures.front().kernel_nodes; }
 
@@ -172,7 +178,9 @@ void print_text(const RunReport& r) {
   std::printf("  backend             %s\n", to_string(v.backend));
   std::printf("  cpu kernels         %s, %d threads (%s)\n", to_string(cpu_isa()), cpu_threads(),
               v.backend == Backend::cpu ? "the backend" : "the CPU reference only");
-  std::printf("  mode                %s\n", to_string(v.mode));
+  std::printf("  mode                %s", to_string(v.mode));
+  if (mode_policy(v.mode).ring) std::printf(" (ring %s)", describe_ring(v.ring, v.tokens).c_str());
+  std::printf("\n");
   if (r.cfg.runner.exec == Exec::graph)
     std::printf("  exec                graph: %d buckets (%s) captured in %s ms, %s MiB of device memory, %d kernel "
                 "nodes a round\n",
@@ -189,12 +197,15 @@ void print_text(const RunReport& r) {
   std::printf("  state traffic       %s MiB per round at batch %d (%lld state transfers per layer and head)\n",
               fmt("%.4g", fp.state_bytes_per_row * r.cfg.batch / double(1 << 20)).c_str(), r.cfg.batch,
               static_cast<long long>(fp.transfers));
-  std::printf("  memory per slot     %s MiB: pool %s, scratch %s, token cache %s MiB\n",
-              fmt("%.4g", double(fp.pool_bytes_per_slot + fp.scratch_bytes_per_slot + fp.token_cache_bytes_per_slot) /
+  std::printf("  bytes moved         %s MiB per round, counted by the kernels: the states and ring records "
+              "they read and write (not the conv state)\n",
+              fmt("%.4g", bytes_moved_per_round(r) / double(1 << 20)).c_str());
+  std::printf("  memory per slot     %s MiB: pool %s, scratch %s, ring %s MiB\n",
+              fmt("%.4g", double(fp.pool_bytes_per_slot + fp.scratch_bytes_per_slot + fp.ring_bytes_per_slot) /
                               double(1 << 20)).c_str(),
               fmt("%.4g", double(fp.pool_bytes_per_slot) / double(1 << 20)).c_str(),
               fmt("%.4g", double(fp.scratch_bytes_per_slot) / double(1 << 20)).c_str(),
-              fmt("%.4g", double(fp.token_cache_bytes_per_slot) / double(1 << 20)).c_str());
+              fmt("%.4g", double(fp.ring_bytes_per_slot) / double(1 << 20)).c_str());
   std::printf("  conv                %s", describe_conv(v).c_str());
   if (v.conv.width > 0)
     std::printf(": state %s KiB per slot, scratch %s KiB", fmt("%.4g", double(fp.conv_state_bytes_per_slot) / 1024).c_str(),
@@ -237,14 +248,24 @@ std::string to_json(const RunReport& r) {
   j.field("tokens", v.tokens).field("draft", v.tokens - 1).field("batch", r.cfg.batch).field("slots", v.pool.slots);
   j.field("io_dtype", to_string(v.io_dtype)).field("state_dtype", to_string(v.pool.state_dtype));
   j.field("backend", to_string(v.backend)).field("mode", to_string(v.mode)).field("exec", to_string(r.cfg.runner.exec));
+  j.key("ring");
+  if (!mode_policy(v.mode).ring) {
+    j.null();
+  } else {
+    const ReplayRing ring = resolved_ring(v.ring, v.tokens);
+    j.begin_object().field("records", ring.records).field("flush_min", ring.flush_min).end_object();
+  }
   j.field("cpu_isa", to_string(cpu_isa())).field("cpu_threads", cpu_threads());
   j.field("sampler_in_graph", r.cfg.runner.sampler_in_graph).field("pdl", v.pdl);
   const ModeFootprint fp = mode_footprint(v);
   j.field("state_transfers_per_round", fp.transfers);
   j.field("state_bytes_per_round", fp.state_bytes_per_row * r.cfg.batch);
+  j.field("bytes_moved_per_round", bytes_moved_per_round(r));
+  j.field("bytes_moved_counts", "states and ring records the verify, commit and materialize kernels read and "
+                                "write, counted by the kernels (not the conv state)");
   j.key("bytes_per_slot").begin_object();
   j.field("pool", fp.pool_bytes_per_slot).field("scratch", fp.scratch_bytes_per_slot);
-  j.field("token_cache", fp.token_cache_bytes_per_slot);
+  j.field("ring", fp.ring_bytes_per_slot);
   j.field("conv_state", fp.conv_state_bytes_per_slot).field("conv_scratch", fp.conv_scratch_bytes_per_slot);
   j.end_object();
   j.key("conv");
@@ -319,7 +340,8 @@ int run(const RunOptions& o) {
   setup.backend = resolve_backend(o.backend);
   setup.io = o.model.io;
   setup.state = o.model.state;
-  setup.tokens = o.draft + 1;
+  const Preset& preset = find_preset(o.model.preset);
+  setup.tokens = (o.draft >= 0 ? o.draft : preset.draft >= 0 ? preset.draft : kDefaultDraft) + 1;
   setup.batch = o.batch;
   setup.slots = o.slots;
   setup.mode = o.mode;
@@ -330,10 +352,12 @@ int run(const RunOptions& o) {
   setup.vary_batch = o.vary_batch;
   setup.seed = o.seed;
   setup.keep_outputs = o.check;
-  setup.conv = o.conv;
+  setup.conv_width = o.conv ? preset.conv_width : 0;
   setup.fuse_conv = o.fuse_conv;
   setup.pdl = o.pdl;
   setup.tree = o.tree;
+  setup.ring = o.ring;
+  setup.count_bytes = true;  // one atomic add per unit of work, for bytes_moved_per_round
 
   RunReport report;
   report.opt = o;
@@ -357,6 +381,7 @@ int run(const RunOptions& o) {
     report.graph_memory =
         engine.runner().measure_graph_memory(stream.get(), runner.plan().max_bs(), o.graph_memory_copies);
 
+  engine.verifier().clear_bytes_moved();  // the rounds' bytes only, not the prefills' or a capture's
   Progress progress(o.rounds, "round");
   std::vector<double> round_ms;
   round_ms.reserve(size_t(o.rounds));
@@ -373,6 +398,7 @@ int run(const RunOptions& o) {
       if (check) check->compare_round(engine);
       progress.update(r + 1);
     }
+    report.bytes_moved = engine.verifier().bytes_moved();  // before finish's retirements
     engine.finish(stream.get());
     stream.synchronize();
     if (check) check->compare_finish(engine);

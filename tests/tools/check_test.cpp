@@ -74,6 +74,12 @@ TEST(ReferenceCheck, ToleranceFollowsTheDtypes) {
   EXPECT_EQ(ReferenceCheck(engine_config(e)).result().tolerance, 1e-5);
   e.io = DType::bf16;
   EXPECT_EQ(ReferenceCheck(engine_config(e)).result().tolerance, 1e-2);
+  // SPEC §13: a bf16 state rounds at every post-state in fused accept, as in the reference, but at
+  // replay's flushes only.
+  e.state = DType::bf16;
+  EXPECT_EQ(ReferenceCheck(engine_config(e)).comparison(), "bitwise");
+  e.mode = Mode::replay;
+  EXPECT_EQ(ReferenceCheck(engine_config(e)).comparison(), "relative error <= 0.01");
 }
 
 // SPEC §9 on the command line: Kimi-Linear's conv (W = 4, SiLU, no bias) over C = 2 H K + HV V unless
@@ -92,10 +98,45 @@ TEST(EngineOptions, TheConvIsOnByDefaultWithKimiLinearsShape) {
   const VerifierConfig two = engine_config(e).verifier;
   EXPECT_EQ(mode_footprint(two).conv_state_bytes_per_slot, L * 3 * C * 4);
   EXPECT_EQ(mode_footprint(two).conv_scratch_bytes_per_slot, L * S * 3 * C * 4);
-  e.conv = false;
+  e.conv_width = 0;
   EXPECT_EQ(engine_config(e).verifier.conv.width, 0);
   EXPECT_EQ(mode_footprint(engine_config(e).verifier).conv_state_bytes_per_slot, 0);
   EXPECT_EQ(describe(engine_config(e).verifier.conv), "off (--no-conv): the recurrent part alone");
+}
+
+// SPEC §3's memory per slot at Kimi-K3, fp32 state, bf16 inputs, T = 8, R = 24 (the default 3 T): one
+// checkpoint of 64 KiB and 24 records of about 4K + 4V bytes, 88 KiB a head, against fused accept's
+// 1 + S = 9 states, 576 KiB a head.
+TEST(EngineOptions, ReplayKeepsACheckpointAndARingPerHead) {
+  EngineSetup e;
+  e.model = find_preset("kimi-k3-tp8").model;
+  e.tokens = 8;
+  e.io = DType::bf16;
+  e.conv_width = 0;
+  e.mode = Mode::replay;
+  const int64_t heads = 69 * 12;
+  const ModeFootprint replay = mode_footprint(engine_config(e).verifier);
+  EXPECT_EQ(replay.pool_bytes_per_slot + replay.scratch_bytes_per_slot + replay.ring_bytes_per_slot, heads * 88 * 1024);
+  e.mode = Mode::fused_accept;
+  const ModeFootprint fused = mode_footprint(engine_config(e).verifier);
+  EXPECT_EQ(fused.pool_bytes_per_slot + fused.scratch_bytes_per_slot + fused.ring_bytes_per_slot, heads * 576 * 1024);
+  EXPECT_EQ(fused.ring_bytes_per_slot, 0);
+  // R = 2 T = 16 records: 16 KiB a head.
+  e.mode = Mode::replay;
+  e.ring.records = 16;
+  EXPECT_EQ(mode_footprint(engine_config(e).verifier).ring_bytes_per_slot, heads * 16 * 1024);
+}
+
+TEST(EngineOptions, TheRingAndTheByteCountReachTheVerifier) {
+  EngineSetup e = small_setup();
+  e.ring = ReplayRing{12, 0};
+  e.count_bytes = true;
+  const VerifierConfig v = engine_config(e).verifier;
+  EXPECT_EQ(v.ring.records, 12);
+  EXPECT_EQ(v.ring.flush_min, 0);
+  EXPECT_TRUE(v.count_bytes);
+  EXPECT_EQ(describe_ring(v.ring, v.tokens), "R=12, flush every round");
+  EXPECT_EQ(describe_ring(ReplayRing{}, 4), "R=12, flush at 5 pending records");
 }
 
 TEST(JsonWriter, NestsAndEscapes) {
@@ -136,6 +177,18 @@ TEST(Presets, MatchSpecSection7) {
   EXPECT_EQ(describe(kimi), "L=20 H=32 HV=32 K=128 V=128");
   m.preset = "kimi-linear-48b-tp2";
   EXPECT_EQ(describe(m.shape()), "L=20 H=16 HV=16 K=128 V=128");
+  // Kimi-K3 at tensor parallel 8, one rank, 7 draft tokens, its conv over C = 4,608.
+  m.preset = "kimi-k3-tp8";
+  EXPECT_EQ(describe(m.shape()), "L=69 H=12 HV=12 K=128 V=128");
+  const Preset& k3 = find_preset("kimi-k3-tp8");
+  EXPECT_EQ(k3.draft + 1, 8);
+  EXPECT_EQ(k3.conv_width, 4);
+  EXPECT_EQ(conv_channels(k3.model), 4608);
+  // The others leave T to the command.
+  EXPECT_EQ(find_preset("tiny").draft, -1);
+  EXPECT_EQ(find_preset("kimi-linear-48b").draft, -1);
+  EXPECT_EQ(find_preset("kimi-linear-48b-tp2").draft, -1);
+  EXPECT_THROW(find_preset("kimi-k4"), UsageError);
   m.preset = "tiny";
   m.heads = 3;  // keeps tiny's grouping HV = 2H
   EXPECT_EQ(describe(m.shape()), "L=2 H=3 HV=6 K=64 V=64");
