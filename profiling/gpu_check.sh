@@ -304,14 +304,17 @@ stage_python_tests() {
 }
 
 # The command line end to end on the GPU, checked against the CPU two-phase reference (SPEC tolerances); the
-# last three verify token trees (SPEC 12): the tree kernels fused and not, across the staging chunk, every mode.
+# trees verify token trees (SPEC 12): the tree kernels fused and not, across the staging chunk, every mode;
+# the last two the replay ring at Kimi-K3's shape (SPEC 3, 7), flushing every round and with trees.
 stage_cli_check() {
   local rc=0 args
   for args in "" "--dtype bf16 --mode two-phase --exec eager" "--batch 24 --vary-batch --retire-rate 0.1" \
     "--mode replay --batch 24 --vary-batch --retire-rate 0.1 --state-dtype bf16" \
     "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10" "--preset kimi-linear-48b-tp2 --batch 4 --rounds 10 --mode replay" \
     "--tree 3 --draft 11 --vary-batch --retire-rate 0.1" "--tree 2 --draft 7 --mode replay --state-dtype bf16" \
-    "--tree 4 --draft 15 --mode two-phase --unfused-conv --dtype bf16"; do
+    "--tree 4 --draft 15 --mode two-phase --unfused-conv --dtype bf16" \
+    "--preset kimi-k3-tp8 --batch 4 --rounds 10 --mode replay --flush-min 0 --dtype bf16" \
+    "--preset kimi-k3-tp8 --batch 16 --vary-batch --retire-rate 0.1 --mode replay --tree 3 --dtype bf16"; do
     # shellcheck disable=SC2086  # the arguments are meant to split
     x "$BUILD/tools/kdagraph" run --backend cuda --check $args || rc=1
   done
@@ -393,6 +396,11 @@ stage_round_bench() {
     x "$BUILD/tools/kdagraph" bench --backend cuda --preset "$preset" --drafts 1,3 --batches 1,16,64 --execs graph \
       --rounds 30 "${trace[@]}" --csv "$WORK/kdagraph_bench_$preset.csv" --md "$WORK/kdagraph_bench_$preset.md" || rc=1
   done
+  # Kimi-K3 at TP 8, T = 8 (SPEC 7): the replay ring (its default flush_min, T + 1) against fused accept
+  # as whole rounds (issue 48's aim: >= 2x at batch >= 32).
+  x "$BUILD/tools/kdagraph" bench --backend cuda --preset kimi-k3-tp8 --dtype bf16 --batches 1,32,64 --execs graph \
+    --modes fused-accept,replay --sampler in --rounds 30 --csv "$WORK/kdagraph_bench_kimi-k3-tp8.csv" \
+    --md "$WORK/kdagraph_bench_kimi-k3-tp8.md" || rc=1
   # Token trees against chains of the same T = 8 at batch 1 and 16 (SPEC 12: the tree kernels' cost).
   local tree
   for tree in 0 4; do
@@ -402,7 +410,7 @@ stage_round_bench() {
       --execs graph --modes fused-accept --sampler in --rounds 30 "${tree_args[@]}" \
       --md "$WORK/kdagraph_bench_tree$tree.md" || rc=1
   done
-  for preset in kimi-linear-48b-tp2 kimi-linear-48b; do
+  for preset in kimi-linear-48b-tp2 kimi-linear-48b kimi-k3-tp8; do
     [[ -f "$WORK/kdagraph_bench_$preset.md" ]] || continue
     echo "kdagraph bench --preset $preset:"
     sed -n '/^## Aims/,$p' "$WORK/kdagraph_bench_$preset.md"
