@@ -372,8 +372,9 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
       char arg[2][48];  // the layer's argument names, with no allocation
       std::snprintf(arg[0], sizeof arg[0], "gates[%d].A_log", int(l));
       std::snprintf(arg[1], sizeof arg[1], "gates[%d].dt_bias", int(l));
-      detail::require_buffer(where, arg[0], gates[l].A_log, alignof(float));
-      detail::require_buffer(where, arg[1], gates[l].dt_bias, alignof(float));
+      // An absent parameter is zeros (SPEC §11), as in the verify that wrote the records.
+      if (gates[l].A_log != nullptr) detail::require_buffer(where, arg[0], gates[l].A_log, alignof(float));
+      if (gates[l].dt_bias != nullptr) detail::require_buffer(where, arg[1], gates[l].dt_bias, alignof(float));
     }
   }
   nvtx::Scoped range(nvtx::Range::materialize, count);
@@ -392,6 +393,7 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
       if (gate_in_kernel) {
         v.A_log = gates[l].A_log;
         v.dt_bias = gates[l].dt_bias;
+        v.gate_heads = gates[l].gate_heads > 0 ? gates[l].gate_heads : spec.model.value_heads;
       }
       detail::enqueue<VerifyOp>(s, v, spec.pdl);
     }

@@ -25,6 +25,10 @@ VerifyParams verify_params(const RoundSpec& spec, int32_t rows, int32_t layer, c
   p.o = in.o;
   p.A_log = in.A_log;
   p.dt_bias = in.dt_bias;
+  p.gate_heads = in.gate_heads > 0 ? in.gate_heads : spec.model.value_heads;
+  p.q_strides = in.q_strides;
+  p.k_strides = in.k_strides;
+  p.v_strides = in.v_strides;
   return p;
 }
 

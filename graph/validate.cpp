@@ -340,19 +340,42 @@ void validate_accept_paths(const char* where, const int32_t* accept_index, const
   }
 }
 
+namespace {
+
+// A strided view's strides (LayerInputs): each 0 (the compact one) or a positive multiple of 16 bytes,
+// so every head's vector starts on a 16-byte boundary as a compact one does.
+void validate_strides(const char* where, const char* name, const InputStrides& s, DType io_dtype) {
+  const int64_t es = int64_t(dtype_size(io_dtype));
+  const std::pair<const char*, int64_t> fields[] = {{"row", s.row}, {"token", s.token}, {"head", s.head}};
+  for (const auto& [field, stride] : fields)
+    if (stride < 0 || stride * es % 16 != 0)
+      throw_invalid(where, (std::string(name) + "." + field).c_str(),
+                    "= " + std::to_string(stride) + " elements (" + std::to_string(stride * es) +
+                        " bytes): a stride is 0 (compact) or a positive multiple of 16 bytes");
+}
+
+}  // namespace
+
 void validate_layer_inputs(const char* where, const LayerInputs& in, const RoundSpec& c, bool reads_qkv) {
   if (reads_qkv) {
     require_buffer(where, "q", in.q, 16);
     require_buffer(where, "k", in.k, 16);
     require_buffer(where, "v", in.v, 16);
+    validate_strides(where, "q_strides", in.q_strides, c.io_dtype);
+    validate_strides(where, "k_strides", in.k_strides, c.io_dtype);
+    validate_strides(where, "v_strides", in.v_strides, c.io_dtype);
   }
   require_buffer(where, "g", in.g, 16);
   require_buffer(where, "o", in.o, 16);
   require_buffer(where, "beta", in.beta, dtype_size(c.io_dtype));
-  if (c.options.gate != GateMode::precomputed) {
-    require_buffer(where, "A_log", in.A_log, 4);
-    require_buffer(where, "dt_bias", in.dt_bias, 4);
-  }
+  // The gate parameters may be absent (zeros, SPEC §11), per value head or per query/key head.
+  if (in.A_log != nullptr) require_buffer(where, "A_log", in.A_log, 4);
+  if (in.dt_bias != nullptr) require_buffer(where, "dt_bias", in.dt_bias, 4);
+  const ModelShape& m = c.model;
+  require(in.gate_heads == 0 || in.gate_heads == m.heads || in.gate_heads == m.value_heads, where, "gate_heads", [&] {
+    return "= " + std::to_string(in.gate_heads) + " is neither heads = " + std::to_string(m.heads) +
+           " nor value_heads = " + std::to_string(m.value_heads) + " (0: value_heads)";
+  });
 }
 
 void validate_conv_inputs(const char* where, const ConvLayerInputs& in, int32_t channels, DType io_dtype,

@@ -204,7 +204,7 @@ struct Verifier::Impl {
   // Replay's materialize uses the gate parameters each layer's last verify was given; with the gate in
   // the kernel, every slot may now hold a prefix verified with them.
   void remember_gates(const Stream& s, int32_t layer, const LayerInputs& in) {
-    gates[size_t(layer)] = GateParams{in.A_log, in.dt_bias};
+    gates[size_t(layer)] = GateParams{in.A_log, in.dt_bias, in.gate_heads};
     gates_known = gates_known || layer == cfg.model.layers - 1;
     if (!replays_gates) return;
     if (pending < cfg.pool.slots) {

@@ -137,7 +137,8 @@ KDA_HD float log_decay(const VerifyOptions& opt, float x, float a_log, float dt_
 }
 
 KDA_HD float beta_value(const VerifyOptions& opt, float raw) {
-  return opt.beta_is_logit ? sigmoid(raw) : raw;
+  if (!opt.beta_is_logit) return raw;
+  return opt.beta_neg_eigval ? 2.0f * sigmoid(raw) : sigmoid(raw);
 }
 
 // ---- the update of one state element S[j][i] ---------------------------------------------------------

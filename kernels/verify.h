@@ -44,8 +44,11 @@ struct VerifyParams {
   const void* g = nullptr;     // [N, T, HV, K] log decay, or raw gate input
   const void* beta = nullptr;  // [N, T, HV]
   void* o = nullptr;           // [N, T, HV, V]
-  const float* A_log = nullptr;    // [HV], gate in kernel only
-  const float* dt_bias = nullptr;  // [HV * K], gate in kernel only
+  const float* A_log = nullptr;    // [gate_heads], gate in kernel only; null: zeros
+  const float* dt_bias = nullptr;  // [gate_heads * K], gate in kernel only; null: zeros
+  int32_t gate_heads = 0;          // HV or H (LayerInputs::gate_heads); 0: HV
+  // Element strides of q, k and v (LayerInputs); 0: the compact layout's.
+  InputStrides q_strides, k_strides, v_strides;
 
   // Layer `layer` of the views: seeds come from pool row seed_pool[n] or scratch row seed_scratch[n],
   // post-states go to scratch rows write_row[n][t] when writes_scratch. A row outside its view is not
@@ -97,6 +100,30 @@ struct VerifyParams {
   // arrays confirm them (a row they make padding discards the loads). Unset: every read after the wait.
   IndexBuildParams pre_round;
 };
+
+// The gate parameters' head of value head h (VerifyParams::gate_heads: HV, or H).
+KDA_HD int32_t gate_head(const VerifyParams& p, int32_t h) {
+  return p.gate_heads > 0 && p.gate_heads != p.value_heads ? h / (p.value_heads / p.gate_heads) : h;
+}
+
+// Element offset of head `head` of token t of row n in an input [rows, tokens, heads, dim] with strides
+// `s` (a stride of 0: the compact one).
+KDA_HD int64_t input_offset(const InputStrides& s, int32_t tokens, int32_t heads, int32_t dim, int64_t n, int64_t t,
+                            int64_t head) {
+  const int64_t head_stride = s.head != 0 ? s.head : dim;
+  const int64_t token_stride = s.token != 0 ? s.token : int64_t(heads) * dim;
+  const int64_t row_stride = s.row != 0 ? s.row : int64_t(tokens) * heads * dim;
+  return n * row_stride + t * token_stride + head * head_stride;
+}
+KDA_HD int64_t q_offset(const VerifyParams& p, int64_t n, int64_t t, int32_t hq) {
+  return input_offset(p.q_strides, p.tokens, p.heads, p.head_k, n, t, hq);
+}
+KDA_HD int64_t k_offset(const VerifyParams& p, int64_t n, int64_t t, int32_t hq) {
+  return input_offset(p.k_strides, p.tokens, p.heads, p.head_k, n, t, hq);
+}
+KDA_HD int64_t v_offset(const VerifyParams& p, int64_t n, int64_t t, int32_t h) {
+  return input_offset(p.v_strides, p.tokens, p.value_heads, p.head_v, n, t, h);
+}
 
 // What row n of a launch does, decided once per row by the CPU and the CUDA kernel alike.
 struct VerifyRow {

@@ -139,18 +139,20 @@ struct UnitTokens {
       src.u = ring_u + ring.u_offset(record(u), h);
       return src;
     }
-    const int64_t tok = int64_t(n) * p.tokens + (u - r.replay);
+    const int64_t t = u - r.replay, tok = int64_t(n) * p.tokens + t;
     src.q = p.q;
     src.k = p.k;
     src.v = p.v;
     src.g = p.g;
     src.beta = p.beta;
-    src.q_off = src.k_off = (tok * p.heads + hq) * p.head_k;
-    src.v_off = src.o_off = (tok * p.value_heads + h) * p.head_v;
+    src.q_off = q_offset(p, n, t, hq);
+    src.k_off = k_offset(p, n, t, hq);
+    src.v_off = v_offset(p, n, t, h);
+    src.o_off = (tok * p.value_heads + h) * p.head_v;
     src.g_off = (tok * p.value_heads + h) * p.head_k;
     src.beta_off = tok * p.value_heads + h;
     if (conv_qkv != nullptr) {  // q, k and v of new token t from the conv
-      const int64_t t = u - r.replay, T = p.tokens;
+      const int64_t T = p.tokens;
       src.q = src.k = src.v = conv_qkv;
       src.q_off = t * p.head_k;
       src.k_off = T * p.head_k + t * p.head_k;
@@ -375,7 +377,8 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
       r.replay + T};
 
   const float q_scale = math::query_scale(p.options, K);
-  const float a_log = p.A_log ? p.A_log[h] : 0.0f;
+  const int32_t gh = gate_head(p, h);
+  const float a_log = p.A_log ? p.A_log[gh] : 0.0f;
   for (int32_t t = 0; t < rows.count; ++t) {
     const TokenSource src = rows.tokens.source(t);
     float* a = w.a + t * w.kp;
@@ -386,7 +389,7 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
       w.kq[t] = dot(w.k + t * w.kp, w.q + t * w.kp, w.kp);
     }
     for (int32_t i = 0; i < K; ++i) {
-      const float dt = p.dt_bias ? p.dt_bias[int64_t(h) * K + i] : 0.0f;
+      const float dt = p.dt_bias ? p.dt_bias[int64_t(gh) * K + i] : 0.0f;
       a[i] = math::decay_factor(math::log_decay(p.options, io_value<IoT>(src.g, src.g_off + i), a_log, dt));
     }
     for (int64_t i = K; i < w.kp; ++i) a[i] = 0.0f;

@@ -116,13 +116,12 @@ __device__ __forceinline__ TokenPtrs<IoT> token_ptrs(const VerifyParams& p, cons
     const int32_t record = b.record(p, u);
     return {nullptr, row + ring.k_offset(record, b.hq), row + ring.g_offset(record, b.h), nullptr, nullptr};
   }
-  const int64_t tok = int64_t(b.n) * p.tokens + (u - b.r.replay);
+  const int64_t t = u - b.r.replay, tok = int64_t(b.n) * p.tokens + t;
   const IoT* g = static_cast<const IoT*>(p.g) + (tok * HV + b.h) * K;
   const IoT* beta = static_cast<const IoT*>(p.beta) + tok * HV + b.h;
   if (kConv) return {nullptr, nullptr, g, nullptr, beta};
-  const int64_t qk = (tok * p.heads + b.hq) * K;
-  return {static_cast<const IoT*>(p.q) + qk, static_cast<const IoT*>(p.k) + qk, g,
-          static_cast<const IoT*>(p.v) + (tok * HV + b.h) * V + b.v0, beta};
+  return {static_cast<const IoT*>(p.q) + q_offset(p, b.n, t, b.hq), static_cast<const IoT*>(p.k) + k_offset(p, b.n, t, b.hq),
+          g, static_cast<const IoT*>(p.v) + v_offset(p, b.n, t, b.h) + b.v0, beta};
 }
 
 // N consecutive io values from global memory, as fp32, in one vector load where they fill one (the
@@ -340,11 +339,12 @@ __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const B
   const float q_scale = math::query_scale(p.options, K);
   // The gate parameters of the lane's key channels (dt_bias is 4-byte aligned: scalar loads), with the
   // head's gate scale (the exp of A_log) computed once, not per channel.
-  const float gate_scale = math::gate_scale(p.options, p.A_log != nullptr ? __ldg(p.A_log + b.h) : 0.0f);
+  const int32_t gh = gate_head(p, b.h);
+  const float gate_scale = math::gate_scale(p.options, p.A_log != nullptr ? __ldg(p.A_log + gh) : 0.0f);
   float dt_bias[kPerLane];
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e)
-    dt_bias[e] = p.dt_bias != nullptr ? __ldg(&p.dt_bias[int64_t(b.h) * K + e0 + e]) : 0.0f;
+    dt_bias[e] = p.dt_bias != nullptr ? __ldg(&p.dt_bias[int64_t(gh) * K + e0 + e]) : 0.0f;
   const RingLayout ring{p.ring_records, p.heads, p.value_heads, K, K};
   IoT* ring_kg = b.r.records ? reinterpret_cast<IoT*>(b.ring_kg) : nullptr;
   const bool first_tile = b.v0 == 0, writes_k = first_tile && b.h % (p.value_heads / p.heads) == 0;

@@ -226,7 +226,15 @@ struct Case {
     o = profiling::device_zeros(vo * 2);
     library_o = profiling::device_zeros(vo * 2);
     gate = profiling::device_hashed(int64_t(HV) * (1 + K), DType::f32, SyntheticField::gate_dt_bias, -0.5f, 0.5f);
-    in = LayerInputs{q.as(), k.as(), v.as(), g.as(), beta.as(), o.as(), gate.as<float>(), gate.as<float>() + HV};
+    in = LayerInputs{};
+    in.q = q.as();
+    in.k = k.as();
+    in.v = v.as();
+    in.g = g.as();
+    in.beta = beta.as();
+    in.o = o.as();
+    in.A_log = gate.as<float>();
+    in.dt_bias = gate.as<float>() + HV;
     const BatchView batch = ver.batch_view(B);
     if (s.conv) {
       const int64_t C = config.conv.channels;

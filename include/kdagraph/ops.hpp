@@ -133,7 +133,8 @@ struct RoundSpec {
 inline constexpr int32_t kMaxCudaTreeTokens = 16;
 
 // One layer's inputs for a batch of rows, in backend memory, row-major with the last dim contiguous, in
-// the io dtype. q, k, v, g and o are 16-byte aligned.
+// the io dtype. q, k, v, g and o are 16-byte aligned; q, k and v may be strided views (their strides
+// multiples of 16 bytes), the others are compact.
 struct LayerInputs {
   const void* q = nullptr;         // [rows, T, H, K]
   const void* k = nullptr;         // [rows, T, H, K]
@@ -143,8 +144,12 @@ struct LayerInputs {
   void* o = nullptr;               // [rows, T, HV, V]
   // The layer's weights, fp32, gate in kernel only. In replay mode they must not change between rounds
   // (ops::verify_layer).
-  const float* A_log = nullptr;    // [HV]
-  const float* dt_bias = nullptr;  // [HV * K]
+  const float* A_log = nullptr;    // [gate_heads], null: zeros
+  const float* dt_bias = nullptr;  // [gate_heads * K], null: zeros
+  // Heads the gate parameters are given for: HV (0 means HV; FLA's form), or H, one per query/key head
+  // shared by its value heads (FlashInfer's GQA form).
+  int32_t gate_heads = 0;
+  InputStrides q_strides, k_strides, v_strides;  // [rows, T, H, K], [rows, T, H, K], [rows, T, HV, V]
 };
 
 // The batch of a round, in backend memory; the host writes it when the batch changes.
@@ -256,8 +261,9 @@ RoundIndices round_indices(int32_t* storage, int32_t rows, int32_t tokens);
 
 // One layer's gate parameters (gate in kernel), as its LayerInputs name them.
 struct GateParams {
-  const float* A_log = nullptr;    // [HV]
-  const float* dt_bias = nullptr;  // [HV * K]
+  const float* A_log = nullptr;    // [gate_heads], null: zeros
+  const float* dt_bias = nullptr;  // [gate_heads * K], null: zeros
+  int32_t gate_heads = 0;          // LayerInputs::gate_heads
 };
 
 // Rows a caller names itself, FlashInfer's recurrent_kda way (SPEC §11): int32 arrays in backend memory,

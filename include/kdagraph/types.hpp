@@ -84,6 +84,15 @@ struct VerifyOptions {
   GateMode gate = GateMode::precomputed;
   float gate_lower_bound = -5.0f;  // lb < 0, used by GateMode::lower_bound
   bool beta_is_logit = false;
+  // flash-linear-attention's allow_neg_eigval: a logit's beta is 2 sigmoid(x), in (0, 2), so I - beta k k^T
+  // may have a negative eigenvalue. A beta given as a value is taken as it is.
+  bool beta_neg_eigval = false;
+};
+
+// Element strides of one input by batch row, token and head; its last dimension is contiguous. 0: the
+// compact layout's. A view split from one fused projection (SGLang's qkv) has larger row and token strides.
+struct InputStrides {
+  int64_t row = 0, token = 0, head = 0;
 };
 
 // SPEC §9: the short convolution's activation.

@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "kdagraph/error.hpp"
@@ -34,6 +35,24 @@ nb::object bf16_bits_view(nb::handle obj, bool& is_bf16) {
   return obj.attr("view")(numpy.attr("uint16"));
 }
 
+// A DLPack dtype by the name numpy, torch and ml_dtypes give it (float16, int64, bool, float8_e4m3fn).
+// Codes by number (DLPack's DLDataTypeCode): older nanobind releases name only the first six.
+std::string dtype_name(const nb::dlpack::dtype& t) {
+  static const char* const sized[] = {"int", "uint", "float", nullptr, "bfloat", "complex"};
+  static const char* const named[] = {"bool", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+                                      "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+                                      "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"};
+  const size_t code = t.code;
+  std::string name;
+  if (code < std::size(sized) && sized[code] != nullptr)
+    name = sized[code] + std::to_string(t.bits);
+  else if (code >= std::size(sized) && code - std::size(sized) < std::size(named))
+    name = named[code - std::size(sized)];
+  else
+    name = "DLPack type code " + std::to_string(t.code) + " of " + std::to_string(t.bits) + " bits";
+  return t.lanes == 1 ? name : name + " x " + std::to_string(t.lanes) + " lanes";
+}
+
 Elem elem_of(const nb::dlpack::dtype& t, bool numpy_bf16, const std::string& name) {
   using code = nb::dlpack::dtype_code;
   if (t.lanes == 1) {
@@ -42,8 +61,7 @@ Elem elem_of(const nb::dlpack::dtype& t, bool numpy_bf16, const std::string& nam
     if (t.code == uint8_t(code::Bfloat) && t.bits == 16) return Elem::bf16;
     if (t.code == uint8_t(code::Int) && t.bits == 32) return Elem::i32;
   }
-  refuse(name, "has dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) +
-                   " bits): kdagraph takes float32, bfloat16 and int32 arrays");
+  refuse(name, "has dtype " + dtype_name(t) + ": kdagraph takes float32, bfloat16 and int32 arrays");
 }
 
 // A torch tensor that requires grad exports no DLPack capsule; its .detach() is the same memory.
@@ -53,8 +71,10 @@ nb::object without_autograd(nb::handle obj) {
   return nb::borrow(obj);
 }
 
-// `row_align_bytes` 0: every dimension C-contiguous; otherwise dimension 0 may have any stride that
-// holds a compact row and is a multiple of `row_align_bytes`.
+// `row_align_bytes` 0: every dimension C-contiguous; kAnyStrides: the last dimension contiguous, the
+// others any stride (a view); otherwise dimension 0 may have any stride that holds a compact row and is a
+// multiple of `row_align_bytes`.
+constexpr int64_t kAnyStrides = -1;
 Array take_strided(nb::handle obj, const char* name, int64_t row_align_bytes) {
   if (obj.is_none()) refuse(name, "is None");
   bool numpy_bf16 = false;
@@ -67,19 +87,21 @@ Array take_strided(nb::handle obj, const char* name, int64_t row_align_bytes) {
   a.name = name;
   a.elem = elem_of(nd.dtype(), numpy_bf16, name);
   for (size_t i = 0; i < nd.ndim(); ++i) a.shape.push_back(int64_t(nd.shape(i)));
+  for (size_t i = 0; i < nd.ndim(); ++i) a.strides.push_back(int64_t(nd.stride(i)));
   // Compact: strides (in elements) are the running products; extents of 1 may carry any stride.
-  const bool rows = row_align_bytes > 0 && !a.shape.empty();
+  const bool rows = row_align_bytes > 0 && !a.shape.empty(), view = row_align_bytes == kAnyStrides;
   int64_t expect = 1;
-  for (size_t i = nd.ndim(); i-- > (rows ? 1 : 0);) {
+  for (size_t i = nd.ndim(); i-- > (rows ? 1 : view ? nd.ndim() - 1 : 0);) {
     if (a.shape[i] != 1 && nd.stride(i) != expect)
-      refuse(name, std::string("is not ") + (rows ? "compact inside a row" : "C-contiguous") + " (shape " +
+      refuse(name, std::string("is not ") + (rows ? "compact inside a row" : view ? "contiguous in its last dimension" : "C-contiguous") + " (shape " +
                        a.shape_string() + ", stride " + std::to_string(nd.stride(i)) + " in dimension " +
                        std::to_string(i) + " where compact is " + std::to_string(expect) +
                        "): kdagraph works in place and never copies" +
                        (rows ? "; only dimension 0 may have a free stride" : ""));
     expect *= a.shape[i];
   }
-  if (!rows && !a.shape.empty()) a.row_stride = expect / std::max<int64_t>(a.shape[0], 1);
+  if (!rows && !view && !a.shape.empty()) a.row_stride = expect / std::max<int64_t>(a.shape[0], 1);
+  if (view && !a.shape.empty()) a.row_stride = a.strides[0];
   if (rows) {  // compact rows too must fall on the alignment; a single row's stride is its size
     const int64_t stride = a.shape[0] > 1 ? int64_t(nd.stride(0)) : expect, es = a.elem == Elem::bf16 ? 2 : 4;
     if (stride < expect || stride * es % row_align_bytes != 0)
@@ -121,6 +143,8 @@ int64_t Array::size() const {
 std::string Array::shape_string() const { return join(shape); }
 
 Array take(nb::handle obj, const char* name) { return take_strided(obj, name, 0); }
+
+Array take_view(nb::handle obj, const char* name) { return take_strided(obj, name, kAnyStrides); }
 
 Array take_rows(nb::handle obj, const char* name, int64_t row_align_bytes) {
   return take_strided(obj, name, row_align_bytes);

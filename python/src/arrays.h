@@ -32,6 +32,7 @@ struct Array {
   void* data = nullptr;
   Elem elem = Elem::f32;
   std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // in elements, as the producer gives them
   int64_t row_stride = 0;  // elements from one index of dimension 0 to the next (0-d: 0)
   Backend backend = Backend::cpu;
   int device = 0;
@@ -53,7 +54,10 @@ Array take(nb::handle obj, const char* name);
 // slot) any stride of at least one row that is a multiple of `row_align_bytes`; the wrong stride is
 // named otherwise. Everything else as take.
 Array take_rows(nb::handle obj, const char* name, int64_t row_align_bytes);
-// Same, None allowed: returns an Array with data == nullptr.
+// A view (SGLang's q, k and v split from one projection): the last dimension contiguous, the others any
+// stride (Array::strides); everything else as take.
+Array take_view(nb::handle obj, const char* name);
+// Same as take, None allowed: returns an Array with data == nullptr.
 Array take_optional(nb::handle obj, const char* name);
 
 // Checks that throw InvalidArgument naming the array.

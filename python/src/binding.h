@@ -28,11 +28,16 @@ ConvShape conv_shape(const ModelShape& m, int32_t width, nb::handle activation);
 
 // One layer's gate parameters (SPEC §1 gate in kernel), checked: A_log [HV] and dt_bias [HV * K] or
 // [HV, K], float32, where `reference` is. The names are the caller's arguments.
+// A layer's gate parameters (SPEC §11): per value head (A_log [HV], dt_bias [HV * K] or [HV, K], FLA's
+// form) or per query/key head (H and H * K, FlashInfer's GQA form, with `heads` given), either None
+// (zeros). `heads` is the head count they are given for (0 when both are None).
 struct GateArrays {
   Array A_log, dt_bias;
+  int32_t heads = 0;
 };
 GateArrays take_gate(nb::handle A_log, nb::handle dt_bias, const std::string& A_log_name,
-                     const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference);
+                     const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference,
+                     int64_t heads = 0);
 
 // SPEC §1 options as the Python functions take them; scale None means 1 / sqrt(K).
 VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, float lower_bound, bool beta_is_logit);

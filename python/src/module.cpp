@@ -92,21 +92,40 @@ ConvShape conv_shape(const ModelShape& m, int32_t width, nb::handle activation) 
 }
 
 GateArrays take_gate(nb::handle A_log_, nb::handle dt_bias_, const std::string& A_log_name,
-                     const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference) {
+                     const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference,
+                     int64_t heads) {
   GateArrays g{take_optional(A_log_, A_log_name.c_str()), take_optional(dt_bias_, dt_bias_name.c_str())};
-  for (const Array* a : {&g.A_log, &g.dt_bias}) {
-    if (a->data == nullptr) throw InvalidArgument(a->name, a->name + " is None: the gate in the kernel needs it");
-    require_elem(*a, {Elem::f32});
-    require_same_place(*a, reference);
+  // The head count each one is given for: HV, or H where the caller has query/key heads (0: none fits).
+  auto heads_of = [&](const Array& a, int64_t per_head) -> int64_t {
+    const std::vector<int64_t>& d = a.shape;
+    for (int64_t n : {value_heads, heads}) {
+      if (n <= 0) continue;
+      if ((d.size() == 1 && d[0] == n * per_head) || (per_head > 1 && d.size() == 2 && d[0] == n && d[1] == per_head))
+        return n;
+    }
+    return 0;
+  };
+  const std::string hv = std::to_string(value_heads), h = std::to_string(heads), k = std::to_string(head_k);
+  const std::string or_h = heads > 0 && heads != value_heads ? " or [H] = [" + h + "]" : "";
+  const std::string or_hk = heads > 0 && heads != value_heads ? ", [H * K] or [H, K]" : "";
+  int64_t found[2] = {0, 0};
+  const Array* arrays[2] = {&g.A_log, &g.dt_bias};
+  for (int i = 0; i < 2; ++i) {
+    const Array& a = *arrays[i];
+    if (a.data == nullptr) continue;  // None: zeros
+    require_elem(a, {Elem::f32});
+    require_same_place(a, reference);
+    found[i] = heads_of(a, i == 0 ? 1 : head_k);
+    if (found[i] == 0)
+      throw InvalidArgument(a.name, a.name + " has shape " + a.shape_string() + "; expected " +
+                                        (i == 0 ? "[HV] = [" + hv + "]" + or_h
+                                                : "[HV * K], [HV, K] (HV = " + hv + ", K = " + k + ")" + or_hk));
   }
-  require_shape(g.A_log, {value_heads});
-  const std::vector<int64_t>& d = g.dt_bias.shape;
-  const bool flat = d.size() == 1 && d[0] == value_heads * head_k;
-  const bool per_head = d.size() == 2 && d[0] == value_heads && d[1] == head_k;
-  if (!flat && !per_head)
-    throw InvalidArgument(g.dt_bias.name, g.dt_bias.name + " has shape " + g.dt_bias.shape_string() + "; expected [HV * K] = [" +
-                                              std::to_string(value_heads * head_k) + "] or [HV, K] = [" +
-                                              std::to_string(value_heads) + ", " + std::to_string(head_k) + "]");
+  if (found[0] != 0 && found[1] != 0 && found[0] != found[1])
+    throw InvalidArgument(g.dt_bias.name, g.dt_bias.name + " has shape " + g.dt_bias.shape_string() + ", for " +
+                                              std::to_string(found[1]) + " heads, but " + g.A_log.name + " is for " +
+                                              std::to_string(found[0]) + ": both are per value head or both per query/key head");
+  g.heads = int32_t(found[0] != 0 ? found[0] : found[1]);
   return g;
 }
 

@@ -52,15 +52,17 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
                     nb::handle states_, nb::handle seeds_, nb::handle seed_row_, nb::handle seed_token_,
                     nb::handle write_row_, nb::handle A_log_, nb::handle dt_bias_, bool l2norm, nb::handle scale,
                     const std::string& gate, float lower_bound, bool beta_is_logit, bool write_states,
-                    nb::handle parent_, nb::handle stream, const nb::dict& names) {
-  const Array q = take(q_, name_of(names, "q").c_str());
+                    nb::handle parent_, nb::handle stream, const nb::dict& names, bool beta_neg_eigval) {
+  // q, k and v may be views (SGLang splits one qkv projection): the verify reads them through their
+  // strides; everything else is compact.
+  const Array q = take_view(q_, name_of(names, "q").c_str());
   require_elem(q, {Elem::f32, Elem::bf16});
   require_shape(q, {-1, -1, -1, -1});
   const int64_t B = q.dim(0), T = q.dim(1), H = q.dim(2), K = q.dim(3);
-  const Array v = take(v_, name_of(names, "v").c_str());
+  const Array v = take_view(v_, name_of(names, "v").c_str());
   require_shape(v, {B, T, -1, -1});
   const int64_t HV = v.dim(2), V = v.dim(3);
-  const Array k = take(k_, name_of(names, "k").c_str());
+  const Array k = take_view(k_, name_of(names, "k").c_str());
   const Array g = take(g_, name_of(names, "g").c_str());
   const Array beta = take(beta_, name_of(names, "beta").c_str());
   const Array o = take(o_, name_of(names, "output").c_str());
@@ -100,7 +102,7 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   const GateMode gate_mode = gate_from(gate);
   GateArrays gates;
   if (gate_mode != GateMode::precomputed)
-    gates = take_gate(A_log_, dt_bias_, name_of(names, "A_log"), name_of(names, "dt_bias"), HV, K, q);
+    gates = take_gate(A_log_, dt_bias_, name_of(names, "A_log"), name_of(names, "dt_bias"), HV, K, q, H);
   if (write_row.data == nullptr) throw InvalidArgument(write_row.name, write_row.name + " is None");
 
   RoundSpec spec;
@@ -108,6 +110,7 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   spec.tokens = int32_t(T);
   spec.io_dtype = dtype_of(q.elem);
   spec.options = verify_options(l2norm, scale, gate_mode, lower_bound, beta_is_logit);
+  spec.options.beta_neg_eigval = beta_neg_eigval;
   spec.trees = parent.data != nullptr;
   IndexedRows idx;
   idx.seed_row = seed_row.as<const int32_t>();
@@ -124,6 +127,20 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   in.o = o.data;
   in.A_log = gates.A_log.as<const float>();
   in.dt_bias = gates.dt_bias.as<const float>();
+  in.gate_heads = gates.heads;
+  auto strides = [](const Array& a) {  // an extent of 1 takes any stride: the compact one (0)
+    int64_t st[3];
+    for (size_t i = 0; i < 3; ++i) {
+      if (a.shape[i] > 1 && a.strides[i] == 0)
+        throw InvalidArgument(a.name, a.name + " has stride 0 in dimension " + std::to_string(i) + " (shape " +
+                                          a.shape_string() + "): a broadcast view; kdagraph reads views, not broadcasts");
+      st[i] = a.shape[i] > 1 ? a.strides[i] : 0;
+    }
+    return InputStrides{st[0], st[1], st[2]};
+  };
+  in.q_strides = strides(q);
+  in.k_strides = strides(k);
+  in.v_strides = strides(v);
   const Stream s = resolve_stream(q.backend, stream, q_);
   const StateView seeds_view = seeds.data != nullptr ? one_layer(seeds) : one_layer(states);
   DeviceErrorWord* errors = module_errors(s);
@@ -546,9 +563,12 @@ void bind_ops(nb::module_& m) {
         "seeds"_a.none(), "seed_row"_a.none(), "seed_token"_a.none(), "write_row"_a.none(), "A_log"_a.none(),
         "dt_bias"_a.none(), "use_qk_l2norm_in_kernel"_a, "scale"_a.none(), "gate"_a, "lower_bound"_a,
         "beta_is_logit"_a, "write_states"_a, "parent"_a.none(), "stream"_a.none(), "names"_a,
-        "SPEC §11: the verify over rows the caller names (ops::verify_indexed); recurrent_kda's engine. "
-        "write_states False: a frozen verify (disable_state_update), outputs only. parent [B, T]: a token tree "
-        "per row (SPEC §12), None: chains.");
+        "beta_neg_eigval"_a = false,
+        "SPEC §11: the verify over rows the caller names (ops::verify_indexed); recurrent_kda's engine. q, k and v "
+        "may be views with any strides but a contiguous last dim (read in place); A_log and dt_bias per value head "
+        "or per query/key head, either None (zeros). write_states False: a frozen verify (disable_state_update), "
+        "outputs only. parent [B, T]: a token tree per row (SPEC §12), None: chains. beta_neg_eigval: FLA's "
+        "allow_neg_eigval, beta = 2 sigmoid(x) for a logit.");
   m.def("_build_slot_indices", &build_slot_indices, "slots"_a, "accept_lens_pool"_a, "scratch_steps"_a,
         "draft_token_num"_a, "ssm_state_indices"_a, "num_accepted_tokens"_a, "stream"_a.none(),
         "SPEC §4, §11: SGLang's fused-accept index pair (ops::build_slot_indices).");
@@ -728,9 +748,17 @@ void bind_ops(nb::module_& m) {
         if (q.dim(0) < rows) throw InvalidArgument("q", "q holds " + std::to_string(q.dim(0)) + " rows; the round has " + std::to_string(rows));
         GateArrays gates;
         if (spec.spec.options.gate != GateMode::precomputed)
-          gates = take_gate(A_log_, dt_bias_, "A_log", "dt_bias", md.value_heads, md.head_k, q);
-        LayerInputs in{q.data, k.data, v.data, g.data, beta.data, o.data, gates.A_log.as<const float>(),
-                       gates.dt_bias.as<const float>()};
+          gates = take_gate(A_log_, dt_bias_, "A_log", "dt_bias", md.value_heads, md.head_k, q, md.heads);
+        LayerInputs in;
+        in.q = q.data;
+        in.k = k.data;
+        in.v = v.data;
+        in.g = g.data;
+        in.beta = beta.data;
+        in.o = o.data;
+        in.A_log = gates.A_log.as<const float>();
+        in.dt_bias = gates.dt_bias.as<const float>();
+        in.gate_heads = gates.heads;
         const Stream s = resolve_stream(st.backend, stream, q_);
         nb::gil_scoped_release release;
         ops::verify_layer(s, spec.spec, st.storage, idx.idx, rows, layer, in);

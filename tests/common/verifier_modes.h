@@ -104,8 +104,16 @@ struct ModesLayerInputs {
   }
 
   LayerInputs view(const ModesLayerGate& gate, void* o) const {
-    return LayerInputs{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), o,
-                       gate.dA_log.as<const float>(), gate.ddt_bias.as<const float>()};
+    LayerInputs in;
+    in.q = dq.data();
+    in.k = dk.data();
+    in.v = dv.data();
+    in.g = dg.data();
+    in.beta = dbeta.data();
+    in.o = o;
+    in.A_log = gate.dA_log.as<const float>();
+    in.dt_bias = gate.ddt_bias.as<const float>();
+    return in;
   }
 };
 

@@ -172,7 +172,8 @@ TEST(ConvVerify, BadArgumentsAreRefusedByNameAndChangeNothing) {
         {"weight", [](auto&, auto&, ConvLayerInputs& in, auto&, auto&) { in.weight = nullptr; }},
         {"g", [](auto&, auto&, auto&, LayerInputs& in, auto&) { in.g = nullptr; }},
         {"o", [](auto&, auto&, auto&, LayerInputs& in, auto&) { in.o = nullptr; }},
-        {"dt_bias", [](auto&, auto&, auto&, LayerInputs& in, auto&) { in.dt_bias = nullptr; }},
+        {"dt_bias", [](auto&, auto&, auto&, LayerInputs& in, auto&) { in.dt_bias = reinterpret_cast<const float*>(reinterpret_cast<const char*>(in.dt_bias) + 2); }},
+        {"gate_heads", [](auto&, auto&, auto&, LayerInputs& in, auto&) { in.gate_heads = 3; }},
         {"batch.n_real", [](auto&, auto&, auto&, auto&, BatchView& b) { b.n_real = nullptr; }},
     };
     auto snapshot = [&] {

@@ -200,7 +200,8 @@ TEST(OpsIndexed, BadArgumentsAreRefusedNamingThemAndChangeNothing) {
       {"layer", [](RoundSpec& sp, auto&, auto&, auto&, auto&, auto&) { sp.model.layers = 1; }},
       {"model.value_heads", [](RoundSpec& sp, auto&, auto&, auto&, auto&, auto&) { sp.model.heads = 2; sp.model.value_heads = 3; }},
       {"q", [](auto&, auto&, auto&, auto&, LayerInputs& in, auto&) { in.q = nullptr; }},
-      {"dt_bias", [](auto&, auto&, auto&, auto&, LayerInputs& in, auto&) { in.dt_bias = nullptr; }},
+      {"dt_bias", [](auto&, auto&, auto&, auto&, LayerInputs& in, auto&) { in.dt_bias = reinterpret_cast<const float*>(reinterpret_cast<const char*>(in.dt_bias) + 2); }},
+      {"k_strides.head", [](auto&, auto&, auto&, auto&, LayerInputs& in, auto&) { in.k_strides.head = 2; }},
   };
   const std::vector<uint8_t> o_before = c.o.bytes, scratch_before = c.scratch.bytes;
   for (const Bad& b : bad) {

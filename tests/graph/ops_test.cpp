@@ -97,7 +97,10 @@ std::vector<BadCall> bad_calls(CallerStorage& c) {
       {"mode", [](RoundSpec& sp, auto&, auto&, auto&) { sp.mode = Mode(9); }},
       {"q", [](auto&, auto&, auto&, LayerInputs& in) { in.q = nullptr; }},
       {"g", [&](auto&, auto&, auto&, LayerInputs& in) { in.g = misaligned(const_cast<void*>(in.g)); }},
-      {"A_log", [](auto&, auto&, auto&, LayerInputs& in) { in.A_log = nullptr; }},
+      {"A_log", [](auto&, auto&, auto&, LayerInputs& in) { in.A_log = reinterpret_cast<const float*>(reinterpret_cast<const char*>(in.A_log) + 2); }},
+      {"gate_heads", [](auto&, auto&, auto&, LayerInputs& in) { in.gate_heads = 3; }},
+      {"q_strides.token", [](auto&, auto&, auto&, LayerInputs& in) { in.q_strides.token = 3; }},
+      {"v_strides.row", [](auto&, auto&, auto&, LayerInputs& in) { in.v_strides.row = -64; }},
   };
 }
 
@@ -147,7 +150,8 @@ int expect_refused_and_unchanged(Mode mode, const std::function<std::vector<BadC
       RoundIndices idx = c.idx;
       LayerInputs layer = in.view(1, 1);
       bad.spoil(spec, storage, idx, layer);
-      const bool inputs_spoiled = bad.argument == "q" || bad.argument == "g" || bad.argument == "A_log";
+      const bool inputs_spoiled = bad.argument == "q" || bad.argument == "g" || bad.argument == "A_log" ||
+                                  bad.argument == "gate_heads" || bad.argument.find("_strides.") != std::string::npos;
       const bool uses_indices = std::string(name) != "materialize";
       if ((inputs_spoiled && std::string(name) != "verify_layer") ||
           (!uses_indices && (bad.argument.rfind("idx.", 0) == 0 || bad.argument == "rows")))
@@ -280,7 +284,10 @@ TEST(Ops, AReplayMaterializeWithTheGateInTheKernelNeedsEachLayersGate) {
   CallerStorage c(cfg, CallerLayout::compact);
   const std::vector<int32_t> slots = {1};
   c.materialize_list.upload(slots.data(), sizeof(int32_t));
+  // Absent parameters are zeros (SPEC §11); a misaligned one is refused by name.
+  const std::vector<float> weights(16, 0.5f);
   std::vector<GateParams> gates(size_t(cfg.model.layers));
+  gates[0].A_log = reinterpret_cast<const float*>(reinterpret_cast<const char*>(weights.data()) + 2);
   for (const GateParams* g : {static_cast<const GateParams*>(nullptr), static_cast<const GateParams*>(gates.data())}) {
     try {
       ops::materialize(runner().stream, c.spec, c.storage, c.materialize_list.as<int32_t>(), 1, g);

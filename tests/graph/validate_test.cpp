@@ -131,9 +131,9 @@ TEST_F(ValidateCalls, NullMisalignedOrMismatchedBuffers) {
   LayerInputs odd_v = in;
   odd_v.v = reinterpret_cast<const char*>(buf.data()) + 4;
   expect_rejected([&] { v.enqueue_verify(kCpu, 0, odd_v, 2); }, "v", "16-byte aligned");
-  LayerInputs no_gate = in;
-  no_gate.A_log = nullptr;
-  expect_rejected([&] { v.enqueue_verify(kCpu, 0, no_gate, 2); }, "A_log", "null");
+  LayerInputs odd_gate = in;  // an absent one is zeros (SPEC §11); a misaligned one is refused
+  odd_gate.A_log = reinterpret_cast<const float*>(reinterpret_cast<const char*>(buf.data()) + 2);
+  expect_rejected([&] { v.enqueue_verify(kCpu, 0, odd_gate, 2); }, "A_log", "aligned");
   expect_rejected([&] { v.enqueue_verify(kCpu, 3, in, 2); }, "layer", "3");
   expect_rejected([&] { v.enqueue_verify(kCpu, 0, in, 1); }, "rows", "1");   // fewer rows than the batch
   expect_rejected([&] { v.enqueue_verify(kCpu, 0, in, 9); }, "rows", "9");   // above capacity

@@ -53,7 +53,7 @@ TEST(VerifierModes, TheRingAgreesBitwiseOverTenThousandRounds) {
 #endif
   for (int32_t flush_min : {0, T + 1, 2 * T}) {
     SCOPED_TRACE("flush_min " + std::to_string(flush_min));
-    const ModesRun run{kRounds, 13, 6, 2, ReplayRing{3 * T, flush_min}, /*fp64=*/false};
+    const ModesRun run{kRounds, 13, 4, 2, ReplayRing{3 * T, flush_min}, /*fp64=*/false};
     expect_modes_agree(Backend::cpu, ModesShape{8, DType::f32, DType::f32, 1e-5}, run, fresh_seed());
     if (HasFatalFailure()) return;
   }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -283,6 +284,106 @@ TEST(Verify, OutputsOfAnyAlignmentAreTheSameBytes) {
     const std::vector<uint8_t> b(shifted.begin() + ptrdiff_t(es), shifted.begin() + ptrdiff_t(es + bytes));
     EXPECT_EQ(first_difference(b, a), -1) << "outputs at this byte";
     EXPECT_NE(a, std::vector<uint8_t>(bytes, 0xff)) << "no output written";
+  }
+}
+
+// SPEC §11 "What engines really pass", each against the compact call with the same values, bitwise (the
+// fp64 sweeps check that one): q, k and v as strided views of one fused projection [N, T, C + pad]
+// (SGLang splits its qkv), read in place; gate parameters per query/key head (FlashInfer's GQA form,
+// A_log [H], dt_bias [H K]) against per value head copies; absent ones against zeros; and
+// allow_neg_eigval's beta = 2 sigmoid(x) against that beta given as a value (fp32 io, where both are
+// the same floats).
+TEST(Verify, EnginesCallFormsGiveTheCompactResults) {
+  KDA_SKIP_WITHOUT_RUNNER();
+  for (DType io : {DType::f32, DType::bf16}) {
+    CaseShape s;
+    s.rows = 3;
+    s.tokens = 3;
+    s.heads = 2;
+    s.value_heads = 4;  // G = 2
+    s.head_k = s.head_v = case_head_dim(32);
+    s.io = io;
+    s.options.l2norm_qk = true;
+    s.options.gate = GateMode::softplus;
+    s.options.beta_is_logit = true;
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(std::string(to_string(io)) + " seed=" + std::to_string(seed));
+    const int32_t N = s.rows, T = s.tokens, H = s.heads, HV = s.value_heads, K = s.head_k, V = s.head_v;
+    const std::vector<int32_t> slots = {0, 2, 3}, accepts = {0, 3, 0, 1};
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> d(-0.5f, 0.5f);
+    std::vector<float> A_q(static_cast<size_t>(H)), dt_q(static_cast<size_t>(H * K));  // per query/key head
+    for (float& x : A_q) x = d(rng);
+    for (float& x : dt_q) x = d(rng);
+
+    // The compact call, with the query heads' gate copied to each of their value heads.
+    VerifyCase compact(s, seed, slots, accepts);
+    for (int32_t h = 0; h < HV; ++h) {
+      compact.A_log[size_t(h)] = A_q[size_t(h / (HV / H))];
+      for (int32_t i = 0; i < K; ++i) compact.dt_bias[size_t(h) * K + i] = dt_q[size_t(h / (HV / H)) * K + i];
+    }
+    run_verify(compact);
+
+    // The same values as views of one fused projection with 8 elements of padding a token.
+    VerifyCase strided(s, seed, slots, accepts);
+    const int64_t es = int64_t(dtype_size(io)), C = 2 * H * K + HV * V + 16 / es * 2;
+    std::vector<uint8_t> fused(size_t(N * T * C * es), 0xff);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t t = 0; t < T; ++t) {
+        uint8_t* row = fused.data() + (n * T + t) * C * es;
+        const int64_t qk = (n * T + t) * H * K * es, vv = (n * T + t) * HV * V * es;
+        std::memcpy(row, strided.q.bytes.data() + qk, size_t(H * K * es));
+        std::memcpy(row + H * K * es, strided.k.bytes.data() + qk, size_t(H * K * es));
+        std::memcpy(row + 2 * H * K * es, strided.v.bytes.data() + vv, size_t(HV * V * es));
+      }
+    {
+      Placement at(runner().memory());
+      VerifyParams p = strided.params(at);
+      const uint8_t* base = at.in(fused);
+      p.q = base;
+      p.k = base + H * K * es;
+      p.v = base + 2 * H * K * es;
+      p.q_strides = p.k_strides = InputStrides{T * C, C, K};
+      p.v_strides = InputStrides{T * C, C, V};
+      p.A_log = at.in(A_q);
+      p.dt_bias = at.in(dt_q);
+      p.gate_heads = H;
+      run_op<VerifyOp>(p);
+      at.fetch();
+    }
+    strided.sync();
+    EXPECT_EQ(first_difference(strided.o.bytes, compact.o.bytes), -1) << "strided views: outputs at this byte";
+    EXPECT_EQ(first_difference(strided.scratch.bytes, compact.scratch.bytes), -1) << "strided views: scratch";
+
+    // Absent gate parameters are zeros.
+    VerifyCase zeros(s, seed, slots, accepts), absent(s, seed, slots, accepts);
+    std::fill(zeros.A_log.begin(), zeros.A_log.end(), 0.0f);
+    std::fill(zeros.dt_bias.begin(), zeros.dt_bias.end(), 0.0f);
+    run_verify(zeros);
+    {
+      Placement at(runner().memory());
+      VerifyParams p = absent.params(at);
+      p.A_log = nullptr;
+      p.dt_bias = nullptr;
+      run_op<VerifyOp>(p);
+      at.fetch();
+    }
+    absent.sync();
+    EXPECT_EQ(first_difference(absent.o.bytes, zeros.o.bytes), -1) << "absent gate parameters: outputs";
+
+    if (io != DType::f32) continue;
+    // allow_neg_eigval: beta = 2 sigmoid(x) in the kernel, or given as that value.
+    VerifyCase logits(s, seed, slots, accepts), values(s, seed, slots, accepts);
+    logits.sh.options.beta_neg_eigval = true;
+    values.sh.options.beta_is_logit = false;
+    std::vector<float> betas(values.beta.size());
+    for (size_t i = 0; i < betas.size(); ++i) betas[i] = 2.0f * math::sigmoid(values.beta.at(i));
+    values.beta.assign(DType::f32, betas);
+    run_verify(logits);
+    run_verify(values);
+    EXPECT_EQ(first_difference(logits.o.bytes, values.o.bytes), -1) << "allow_neg_eigval: outputs";
+    EXPECT_EQ(first_difference(logits.scratch.bytes, values.scratch.bytes), -1) << "allow_neg_eigval: scratch";
+    EXPECT_TRUE(std::any_of(betas.begin(), betas.end(), [](float b) { return b > 1.0f; })) << "betas above 1 tried";
   }
 }
 

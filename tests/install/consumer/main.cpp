@@ -71,7 +71,13 @@ bool ops_agree_with_verifier() {
   int32_t batch[1 + N] = {N, 3, 1};
   const int32_t accepted[N] = {2, 1};
   for (int round = 0; round < 2; ++round) {
-    kdagraph::LayerInputs in{q, k, vv, g, beta, o_ops, nullptr, nullptr};
+    kdagraph::LayerInputs in;
+    in.q = q;
+    in.k = k;
+    in.v = vv;
+    in.g = g;
+    in.beta = beta;
+    in.o = o_ops;
     kdagraph::ops::build_indices(kCpu, spec, st, kdagraph::BatchView{batch + 1, batch, N}, idx);
     for (int l = 0; l < L; ++l) kdagraph::ops::verify_layer(kCpu, spec, st, idx, N, l, in);
     kdagraph::ops::accept(kCpu, spec, st, idx, N, accepted);
