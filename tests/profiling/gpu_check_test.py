@@ -535,7 +535,7 @@ def fla_peer_keywords_are_named_parameters_of_both_functions():
         fn = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == function)
         return {a.arg for a in fn.args.args + fn.args.kwonlyargs}
 
-    kd = parameters(open(os.path.join(ARGS.root, "python", "kdagraph", "__init__.py")).read(), "recurrent_kda")
+    kd = parameters(open(os.path.join(ARGS.root, "python", "kdagraph", "_recurrent_kda.py")).read(), "recurrent_kda")
     stray = set(m.kdagraph_call(tensors, s)[1]) - kd
     check(not stray, f"recurrent_kda has no parameter {sorted(stray)}")
     wheels = [w for w in os.listdir(os.path.join(ARGS.root, ".whl"))] if os.path.isdir(os.path.join(ARGS.root, ".whl")) else []

@@ -16,6 +16,18 @@ def rel_error(got, want):
     return float(err / den) if den > 0 else float(err)
 
 
+# flash-linear-attention's own bar for its recurrent and chunked KDA against its naive reference
+# (tests/ops/test_kda.py: assert_close(..., 0.005) on o and the final state), with its measure.
+FLA_RATIO = 0.005
+
+
+def fla_err_ratio(want, got):
+    """fla.utils.testing.get_err_ratio: RMS of the difference over RMS of the reference."""
+    want = np.asarray(want, dtype=np.float64)
+    got = np.asarray(got, dtype=np.float64)
+    return float(np.sqrt(np.mean((want - got) ** 2)) / (np.sqrt(np.mean(want ** 2)) + 1e-8))
+
+
 def softplus(z):
     return np.where(z > 20.0, z, np.log1p(np.exp(np.minimum(z, 20.0))))
 

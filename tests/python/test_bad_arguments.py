@@ -23,8 +23,6 @@ def spoil(name):
 
 
 BAD = [
-    ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=np.where(np.arange(c.B) == 0, 0, c.accepted).astype(np.int32))),
-    ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=np.full(c.B, c.T + 1, np.int32))),
     ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=c.accepted.astype(np.float32))),
     ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=np.where(np.arange(c.B) == 0, -2**40, c.accepted.astype(np.int64)))),
     ("num_accepted_tokens", lambda c, a, kw: kw.update(num_accepted_tokens=c.accepted[:2].copy())),
@@ -53,9 +51,8 @@ BAD = [
     ("num_spec_tokens", lambda c, a, kw: kw.update(num_spec_tokens=c.T)),
     ("lower_bound", lambda c, a, kw: kw.update(lower_bound=-3.0)),
     ("lower_bound", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log, dt_bias=c.dt_bias, lower_bound=1.0)),
-    ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, dt_bias=c.dt_bias)),
-    ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log[:2].copy(), dt_bias=c.dt_bias)),
-    ("dt_bias", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log)),
+    ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log[:3].copy(), dt_bias=c.dt_bias)),
+    ("dt_bias", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log, dt_bias=c.dt_bias[:c.H * c.K].copy())),
     ("dt_bias", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log, dt_bias=c.dt_bias.astype(np.float64))),
     ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log.reshape(1, c.HV), dt_bias=c.dt_bias)),
     ("A_log", lambda c, a, kw: kw.update(use_gate_in_kernel=True, A_log=c.A_log.astype(ml_dtypes.bfloat16), dt_bias=c.dt_bias)),
@@ -81,21 +78,8 @@ def test_a_bad_argument_is_refused_by_name_and_changes_nothing(rng, argument, ba
     expect_refused_unchanged(lambda: kdagraph.recurrent_kda(*arrays, **kw), argument, pool=c.pool, output=c.output)
 
 
-def test_packed_sequences_of_different_lengths_are_refused(rng):
+def test_one_index_per_sequence_with_more_than_one_token_is_refused(rng):
     c = Case(rng)
-    pack = lambda x: x.reshape((1, c.B * c.T) + x.shape[2:])
-    cu = np.array([0, 3, 8, 12], np.int32)  # 3 sequences of 12 tokens, not all of length 4
-    with pytest.raises(kdagraph.InvalidArgument) as e:
-        kdagraph.recurrent_kda(*(pack(x) for x in (c.q, c.k, c.v, c.g, c.beta)), initial_state=c.pool, cu_seqlens=cu,
-                               ssm_state_indices=c.indices, num_accepted_tokens=c.accepted)
-    assert e.value.argument == "cu_seqlens"
-
-
-def test_more_than_one_token_without_spec_decode_is_refused(rng):
-    c = Case(rng)
-    with pytest.raises(kdagraph.InvalidArgument) as e:
-        kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=c.pool)
-    assert e.value.argument == "q"
     with pytest.raises(kdagraph.InvalidArgument) as e:
         kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=c.pool, ssm_state_indices=c.indices[:, 0].copy())
     assert e.value.argument == "ssm_state_indices"

@@ -1,7 +1,8 @@
 """recurrent_kda's FlashInfer 0.7 call forms (SPEC §11): initial_state_source wins the seed with or
 without num_accepted_tokens; disable_state_update (the frozen verify) seeds as the updating call does,
 writes no state row and returns the same outputs; every FlashInfer 0.7 option kdagraph does not
-implement is refused by name with nothing changed; the signature takes FlashInfer's positional order."""
+implement is refused by name with nothing changed, and any `backend` is taken and ignored; the signature
+takes FlashInfer's positional order."""
 
 import inspect
 
@@ -145,8 +146,6 @@ UNIMPLEMENTED = [
     ("checkpoint_state_indices", lambda c: np.zeros(c.B, np.int32)),
     ("correction_cache", lambda c: np.zeros((c.N, c.HV, c.T, c.V), np.float32)),
     ("kg_cache", lambda c: np.zeros((c.N, c.HV, c.T, 2 * c.K), np.float32)),
-    ("backend", lambda c: "cute-dsl"),
-    ("backend", lambda c: "cake"),
 ]
 
 
@@ -170,15 +169,24 @@ def test_an_unimplemented_flashinfer_option_is_refused_by_name(rng, keyword, val
 
 
 def test_options_left_at_flashinfers_defaults_are_taken(rng):
-    """Passing FlashInfer's defaults explicitly (positionally too) is the plain call, bitwise."""
+    """Passing FlashInfer's defaults explicitly (positionally too) is the plain call, bitwise; and so is
+    any `backend`: FlashInfer's choice among its implementations ("cute-dsl" is flashinfer.kda_decode's
+    default), which kdagraph, with one per device, takes and ignores."""
     c = Case(rng)
     pool = c.pool.copy()
     want, _ = kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=pool, ssm_state_indices=c.indices,
                                      num_accepted_tokens=c.accepted)
-    for backend in ("auto", None):
+    for backend in ("auto", None, "cute-dsl", "cake", "triton", "flashinfer", ""):
         pool2 = c.pool.copy()
         got, _ = kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, None, None, None, pool2, False, True, False, None,
                                         None, c.indices, None, c.accepted, None, None, None, False, None, None, None,
                                         None, 0, None, disable_state_update=False, correction_cache=None,
                                         kg_cache=None, backend=backend)
         assert same_bits(got, want) and same_bits(pool2, pool)
+
+
+def test_a_backend_that_is_not_a_name_is_refused_by_name(rng):
+    c = Case(rng)
+    expect_refused_unchanged(lambda: kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=c.pool,
+                                                            ssm_state_indices=c.indices, backend=1),
+                             "backend", pool=c.pool)

@@ -199,3 +199,38 @@ def test_a_slot_strided_pool_on_cuda_is_updated_in_place(rng):
     torch.cuda.synchronize()
     assert torch.equal(got, want) and torch.equal(pool, compact)
     assert torch.equal(torch.cat([envelope[:, :16], envelope[:, 16 + row:]], dim=1), spare)
+
+
+def test_clamped_accept_lengths_and_the_varlen_form_on_cuda_match_the_cpu_backend(rng):
+    """SPEC §11: num_accepted_tokens of 0 and T + 1 are clamped on CUDA as on the CPU, and recorded in the
+    CUDA error word; cu_seqlens of different lengths (int64 on the device, read by the host) run as on the
+    CPU, FLA's plain form per sequence."""
+    c = Case(rng, K=64, V=64, H=2, HV=4, padded=1)
+    d = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()
+    wild = c.accepted.copy()
+    wild[0], wild[2] = 0, c.T + 1
+    cpu_pool = c.pool.copy()
+    want, _ = kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=cpu_pool, ssm_state_indices=c.indices,
+                                     num_accepted_tokens=wild)
+    kdagraph.clear_device_errors("cpu")
+    pool = d(c.pool)
+    kdagraph.clear_device_errors("cuda")
+    out, _ = kdagraph.recurrent_kda(*(d(x) for x in (c.q, c.k, c.v, c.g, c.beta)), initial_state=pool,
+                                    ssm_state_indices=d(c.indices), num_accepted_tokens=d(wild))
+    torch.cuda.synchronize()
+    assert rel_error(out.cpu().numpy(), want) <= 1e-5 and rel_error(pool.cpu().numpy(), cpu_pool) <= 1e-5
+    errors = kdagraph.device_errors("cuda")
+    assert errors["code"] == "accept_out_of_range" and errors["count"] >= 1
+    kdagraph.clear_device_errors("cuda")
+
+    pack = lambda x: np.ascontiguousarray(x.reshape((1, c.B * c.T) + x.shape[2:]))
+    cu = np.array([0, 3, 4, 8, 12], np.int64)
+    cpu_state = c.pool[:4].copy()
+    want, _ = kdagraph.recurrent_kda(*(pack(x) for x in (c.q, c.k, c.v, c.g, c.beta)), initial_state=cpu_state,
+                                     output_final_state=True, cu_seqlens=cu)
+    state = d(c.pool[:4])
+    got, final = kdagraph.recurrent_kda(*(d(pack(x)) for x in (c.q, c.k, c.v, c.g, c.beta)), initial_state=state,
+                                        output_final_state=True, cu_seqlens=d(cu))
+    torch.cuda.synchronize()
+    assert final is state
+    assert rel_error(got.cpu().numpy(), want) <= 1e-5 and rel_error(state.cpu().numpy(), cpu_state) <= 1e-5

@@ -103,11 +103,16 @@ def test_strides_that_would_need_a_copy_are_refused_naming_the_stride(rng):
                                  "initial_state", pool=c.pool, output=c.output)
         with pytest.raises(kdagraph.InvalidArgument, match=says):
             kdagraph.recurrent_kda(c.q, c.k, c.v, c.g, c.beta, initial_state=bad, **kw)
-    # Inputs, outputs and the ops' storage stay C-contiguous: a strided q is refused, naming its dimension.
-    wide_q = np.zeros((c.B, c.T, c.H, 2 * c.K), np.float32)[..., : c.K]
-    with pytest.raises(kdagraph.InvalidArgument, match="dimension 2") as e:
-        kdagraph.recurrent_kda(wide_q, c.k, c.v, c.g, c.beta, initial_state=c.pool, **kw)
+    # q, k and v are read through their strides but for the last dimension; the other inputs, the outputs
+    # and the ops' storage stay C-contiguous. What would need a copy is refused, naming its dimension.
+    gapped_q = np.zeros((c.B, c.T, c.H, 2 * c.K), np.float32)[..., ::2]
+    with pytest.raises(kdagraph.InvalidArgument, match="dimension 3") as e:
+        kdagraph.recurrent_kda(gapped_q, c.k, c.v, c.g, c.beta, initial_state=c.pool, **kw)
     assert e.value.argument == "q"
+    wide_g = np.zeros((c.B, c.T, c.HV, 2 * c.K), np.float32)[..., : c.K]
+    with pytest.raises(kdagraph.InvalidArgument, match="dimension 2") as e:
+        kdagraph.recurrent_kda(c.q, c.k, c.v, wide_g, c.beta, initial_state=c.pool, **kw)
+    assert e.value.argument == "g"
     spec = kdagraph.RoundSpec(layers=1, heads=c.H, value_heads=c.HV, head_k=c.K, head_v=c.V, tokens=c.T)
     strided_pool = np.zeros((1, c.N, row + 4), np.float32)[:, :, :row].reshape(1, c.N, c.HV, c.V, c.K)
     with pytest.raises(kdagraph.InvalidArgument, match="dimension 1") as e:
