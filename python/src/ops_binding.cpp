@@ -43,6 +43,22 @@ StateView one_layer(const Array& a) {
   return state_view(a.data, dtype_of(a.elem), 1, a.dim(0) * a.row_stride, a.dim(0), a.row_stride);
 }
 
+// A layer's inputs over the arrays taken (compact strides; the caller sets a view's).
+LayerInputs layer_inputs(const Array& q, const Array& k, const Array& v, const Array& g, const Array& beta,
+                         const Array& o, const GateArrays& gates) {
+  LayerInputs in;
+  in.q = q.data;
+  in.k = k.data;
+  in.v = v.data;
+  in.g = g.data;
+  in.beta = beta.data;
+  in.o = o.data;
+  in.A_log = gates.A_log.as<const float>();
+  in.dt_bias = gates.dt_bias.as<const float>();
+  in.gate_heads = gates.heads;
+  return in;
+}
+
 // SPEC §10: a state pool's slot stride is a multiple of 16 bytes (SGLang's per-slot envelopes are).
 constexpr int64_t kStateRowAlignBytes = 16;
 
@@ -118,16 +134,7 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   idx.write_row = write_row.as<const int32_t>();
   idx.write_states = write_states;
   idx.parent = parent.as<const int32_t>();
-  LayerInputs in;
-  in.q = q.data;
-  in.k = k.data;
-  in.v = v.data;
-  in.g = g.data;
-  in.beta = beta.data;
-  in.o = o.data;
-  in.A_log = gates.A_log.as<const float>();
-  in.dt_bias = gates.dt_bias.as<const float>();
-  in.gate_heads = gates.heads;
+  LayerInputs in = layer_inputs(q, k, v, g, beta, o, gates);
   auto strides = [](const Array& a) {  // an extent of 1 takes any stride: the compact one (0)
     int64_t st[3];
     for (size_t i = 0; i < 3; ++i) {
@@ -749,16 +756,7 @@ void bind_ops(nb::module_& m) {
         GateArrays gates;
         if (spec.spec.options.gate != GateMode::precomputed)
           gates = take_gate(A_log_, dt_bias_, "A_log", "dt_bias", md.value_heads, md.head_k, q, md.heads);
-        LayerInputs in;
-        in.q = q.data;
-        in.k = k.data;
-        in.v = v.data;
-        in.g = g.data;
-        in.beta = beta.data;
-        in.o = o.data;
-        in.A_log = gates.A_log.as<const float>();
-        in.dt_bias = gates.dt_bias.as<const float>();
-        in.gate_heads = gates.heads;
+        const LayerInputs in = layer_inputs(q, k, v, g, beta, o, gates);
         const Stream s = resolve_stream(st.backend, stream, q_);
         nb::gil_scoped_release release;
         ops::verify_layer(s, spec.spec, st.storage, idx.idx, rows, layer, in);
