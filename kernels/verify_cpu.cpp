@@ -408,7 +408,7 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
   for (; j + kRowGroup <= unit.end_v; j += kRowGroup) verify_rows<kRowGroup, IoT, StateT>(p, rows, w, j, streaming);
   for (; j < unit.end_v; ++j) verify_rows<1, IoT, StateT>(p, rows, w, j, streaming);
   if (streaming) stream_fence();
-  count_bytes(p.bytes_moved, unit_bytes<IoT, StateT>(p, r, unit, w));
+  if (p.bytes_moved != nullptr) count_bytes(p.bytes_moved, unit_bytes<IoT, StateT>(p, r, unit, w));
 
   if (!r.records || unit.first_v != 0) return;
   // The new tokens' k and g, as given (fused: k as the conv made it), into their records: by the first
