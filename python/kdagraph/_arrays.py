@@ -132,6 +132,25 @@ def _read_on_host(x: Array, name: str, stream: Any, reference: Array):
         return sys.modules["cupy"].asnumpy(x)
 
 
+def _swapped(x: Array, stream: Any, reference: Array, into: Optional[Array] = None) -> Array:
+    """x with its last two dimensions swapped (FLA's [K, V] state as kdagraph's [V, K], and back): a new
+    contiguous array of x's framework, or written into `into` in place (tensors that require grad as
+    plain memory). In device memory the copy runs on the call's stream (resolved as for `reference`),
+    and is refused by name while that stream captures a CUDA graph."""
+    on_stream = contextlib.nullcontext() if _is_host(x) else _on_call_stream(
+        x, "state_v_first", stream, reference, "is False on a stream that is capturing a CUDA graph: FLA's [N, HV, "
+        "K, V] state runs on a transposed copy, an allocation inside the capture; pass a V-major state [N, HV, V, K]")
+    with on_stream:
+        if _framework(x) == "torch":
+            swapped = x.detach().transpose(-1, -2)
+            return swapped.contiguous() if into is None else into.detach().copy_(swapped)
+        module = sys.modules[_framework(x)]
+        if into is None:
+            return module.ascontiguousarray(module.swapaxes(x, -1, -2))
+        into[...] = module.swapaxes(x, -1, -2)
+        return into
+
+
 def _new(ref: Array, shape, dtype: str, fill: Optional[int] = None) -> Array:
     """A new array on ref's device: dtype 'int32', 'float32' or 'like' (ref's own)."""
     kind = _framework(ref)

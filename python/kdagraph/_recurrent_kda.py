@@ -43,6 +43,7 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
                   disable_state_update: bool = False, correction_cache: Optional[Array] = None,
                   kg_cache: Optional[Array] = None, backend: Optional[str] = "auto",
                   parent_indices: Optional[Array] = None, allow_neg_eigval: bool = False,
+                  state_v_first: Optional[bool] = None, transpose_state_layout: Optional[bool] = None,
                   stream: Any = None) -> Tuple[Array, Optional[Array]]:
     """FlashInfer 0.7's recurrent KDA with spec-decode semantics (SPEC §1, §11), its signature as is, and
     flash-linear-attention's plain and varlen forms through it.
@@ -50,8 +51,9 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g ``[B, T, HV, K]`` (log decay, or the raw gate input with
     ``use_gate_in_kernel``, then ``A_log [HV]`` and ``dt_bias [HV * K]`` fp32), beta ``[B, T, HV]``; or the
     packed ``[1, total, ...]`` form with ``cu_seqlens [B + 1]`` (below). The state ``initial_state [N, HV,
-    V, K]`` (fp32 or bf16, V-major) is updated in place; its slot stride (dimension 0) may be any multiple
-    of 16 bytes that holds a state (SGLang's per-slot envelopes), the rest compact:
+    V, K]`` (fp32 or bf16, V-major; FLA's ``[N, HV, K, V]`` with ``state_v_first=False``, below) is updated
+    in place; its slot stride (dimension 0) may be any multiple of 16 bytes that holds a state (SGLang's
+    per-slot envelopes), the rest compact:
 
     - spec decode, ``ssm_state_indices [B, T]``: the post-state of token t goes to row
       ``ssm_state_indices[b, t]`` (negative: not written); the seed is row
@@ -78,6 +80,17 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     form is FLA's plain form at every length. Device ``cu_seqlens`` with ``num_spec_tokens``, or of one
     token per sequence, are taken unread as FlashInfer takes them (one length, 1 + num_spec_tokens);
     other device ``cu_seqlens`` are read by the host (a synchronization, refused while capturing).
+
+    ``state_v_first`` (FLA's keyword; ``transpose_state_layout``, its deprecated spelling, means the same,
+    and passing both is refused): None or True, the state is V-major as above; False, ``initial_state`` is
+    FLA's default ``[N, HV, K, V]`` (None: zeros, returned in that layout). It is taken by FLA's plain form
+    and its varlen form (and the decode without indices, which also reads and writes row b): each verify
+    runs on a V-major copy of the rows it reads, and what it writes is copied back transposed into the
+    caller's array in place, so outputs and states are bitwise those of the call on a V-major state. This
+    form allocates that transposed copy: it is FLA's convenience form, not a graph path (on a stream
+    capturing a CUDA graph it is refused). A state pool is updated in place and never copied, so the
+    pool forms (``ssm_state_indices``, ``num_spec_tokens``, ``initial_state_source``,
+    ``disable_state_update``) refuse ``state_v_first=False`` by name: pass the pool V-major.
 
     Token trees (SPEC §12, EAGLE's top-k > 1), kdagraph's own keyword: with ``parent_indices [B, T]``
     (int32, or int64 converted as the indices are; in q's memory) the T tokens of sequence b form a tree,
@@ -151,8 +164,20 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
         if initial_state is None and initial_state_source is None:
             raise _bad("initial_state", "is None: a frozen verify (disable_state_update) seeds from initial_state "
                                         "or initial_state_source")
+    if transpose_state_layout is not None:  # FLA's deprecated spelling
+        if state_v_first is not None:
+            raise _bad("transpose_state_layout", f"= {transpose_state_layout!r} is given beside state_v_first = "
+                                                 f"{state_v_first!r}: it is FLA's deprecated spelling of "
+                                                 "state_v_first; pass one of them")
+        state_v_first = transpose_state_layout
+    state_v_first = state_v_first is None or bool(state_v_first)
+    if not state_v_first:
+        _check_flas_state_layout(q, v, initial_state, ssm_state_indices=ssm_state_indices is not None,
+                                 num_spec_tokens=num_spec_tokens is not None,
+                                 initial_state_source=initial_state_source is not None, disable_state_update=frozen)
     call = dict(
         initial_state=initial_state, output_final_state=bool(output_final_state), frozen=frozen,
+        state_v_first=state_v_first,
         num_spec_tokens=num_spec_tokens, initial_state_source=initial_state_source, stream=stream,
         ssm_state_indices=_indices(ssm_state_indices, "ssm_state_indices", stream, q),
         num_accepted_tokens=_indices(num_accepted_tokens, "num_accepted_tokens", stream, q),
@@ -186,6 +211,26 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     return _verify_varlen(io, lengths, **call)
 
 
+def _check_flas_state_layout(q: Array, v: Array, initial_state: Optional[Array], **pool_forms: bool) -> None:
+    """What state_v_first=False (FLA's [N, HV, K, V] state) needs: none of the pool forms, whose state is
+    used in place and never copied (`pool_forms`: which the call names), and a state of that shape in an
+    array kdagraph can transpose."""
+    for name, given in pool_forms.items():
+        if given:
+            raise _bad("state_v_first", f"is False with {name}: FLA's [N, HV, K, V] layout runs on a transposed copy "
+                                        "of the rows FLA's plain form reads, and a state pool is updated in place, "
+                                        "never copied; pass the pool V-major, [N, HV, V, K]")
+    if initial_state is None or len(v.shape) != 4:
+        return
+    HV, V, K = int(v.shape[2]), int(v.shape[3]), int(q.shape[3])
+    if len(initial_state.shape) != 4 or _shape(initial_state)[1:] != [HV, K, V]:
+        raise _bad("initial_state", f"has shape {_shape(initial_state)}; with state_v_first=False it is FLA's "
+                                    f"[N, HV, K, V] = [*, {HV}, {K}, {V}]")
+    if type(initial_state).__module__.split(".")[0] not in ("numpy", "torch", "cupy"):
+        raise _bad("state_v_first", f"is False with initial_state a {type(initial_state).__name__}: kdagraph "
+                                    "transposes numpy, torch and cupy arrays only; pass a V-major state")
+
+
 def _sequence_lengths(cu_seqlens: Array, total: int, num_spec_tokens, stream: Any, q: Array):
     """Each sequence's token count from cu_seqlens [B + 1] (numpy [B]). Host arrays are read; device ones
     are read too (a synchronization on the call's stream) unless FlashInfer's contract gives the
@@ -213,7 +258,7 @@ def _sequence_lengths(cu_seqlens: Array, total: int, num_spec_tokens, stream: An
 
 def _verify_varlen(io: dict, lengths, *, initial_state, output_final_state, frozen, num_spec_tokens,
                    initial_state_source, stream, ssm_state_indices, num_accepted_tokens, initial_state_indices,
-                   parent_indices, kernel):
+                   parent_indices, kernel, state_v_first):
     """FLA's varlen form: sequence b, of lengths[b] tokens, runs as the dense form would run it alone,
     consecutive sequences of one length in one verify, on views of the caller's arrays. The host checks
     the whole call first (rows across sequences included) and the first verify the arrays' shapes and
@@ -252,7 +297,8 @@ def _verify_varlen(io: dict, lengths, *, initial_state, output_final_state, froz
     if initial_state is None and not frozen:
         if not plain:
             raise _bad("initial_state", "is None: spec decode writes into the state pool ssm_state_indices names")
-        initial_state = _new(q, (B,) + tuple(int(d) for d in io["v"].shape[2:]) + (int(q.shape[3]),), "float32", fill=0)
+        HV, V, K = int(io["v"].shape[2]), int(io["v"].shape[3]), int(q.shape[3])
+        initial_state = _new(q, (B, HV, V, K) if state_v_first else (B, HV, K, V), "float32", fill=0)
     if ssm is None and initial_state is not None and int(initial_state.shape[0]) < B:
         raise _bad("initial_state", f"has {int(initial_state.shape[0])} rows but cu_seqlens describes {B} sequences: "
                                     "without ssm_state_indices sequence b runs from row b")
@@ -275,7 +321,8 @@ def _verify_varlen(io: dict, lengths, *, initial_state, output_final_state, froz
                     initial_state_source=initial_state_source, stream=stream,
                     ssm_state_indices=tokens(ssm) if per_token else rows(ssm),
                     num_accepted_tokens=rows(num_accepted_tokens), initial_state_indices=rows(initial_state_indices),
-                    parent_indices=tokens(parent_indices), kernel=kernel, plain=plain, host_checks=False)
+                    parent_indices=tokens(parent_indices), kernel=kernel, state_v_first=state_v_first, plain=plain,
+                    host_checks=False)
     return output, (initial_state if output_final_state else None)
 
 

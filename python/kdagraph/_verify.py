@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from . import _kdagraph
-from ._arrays import _bad, _dtype_name, _final_rows, _host_view, _identity_rows, _is_host, _new, _ones, _shape
+from ._arrays import _bad, _dtype_name, _final_rows, _host_view, _identity_rows, _is_host, _new, _ones, _shape, _swapped
 
 
 def _check_host_indices(B: int, T: int, states_rows: int, write_row, seed_token, seed_row, seeds_rows: int,
@@ -62,12 +62,16 @@ def _check_host_indices(B: int, T: int, states_rows: int, write_row, seed_token,
 
 def _verify(q, k, v, g, beta, output, *, initial_state, output_final_state, frozen, num_spec_tokens,
             initial_state_source, stream, ssm_state_indices, num_accepted_tokens, initial_state_indices,
-            parent_indices, kernel, plain=False, host_checks=True):
+            parent_indices, kernel, state_v_first, plain=False, host_checks=True):
     """One verify of [B, T] tokens in the form its arguments name (recurrent_kda's list), through the
     extension. `plain`: FLA's plain form at any T (a varlen call's); otherwise it is the form at T > 1
-    without indices. `host_checks` False: the caller checked the rows (a varlen call, as a whole)."""
+    without indices. `host_checks` False: the caller checked the rows (a varlen call, as a whole).
+    `state_v_first` False: initial_state is FLA's [N, HV, K, V] (recurrent_kda refused the pool forms and
+    checked its shape); the verify runs on a V-major copy of rows [0, B), the rows these forms read, and
+    what it writes is copied back transposed."""
     B, T, H, K = (int(d) for d in q.shape)
     HV, V = int(v.shape[2]), int(v.shape[3])
+    state = (HV, V, K) if state_v_first else (HV, K, V)
     if num_spec_tokens is not None and int(num_spec_tokens) + 1 != T:
         raise _bad("num_spec_tokens", f"= {num_spec_tokens} but the inputs hold T = {T} tokens per sequence (T = 1 + num_spec_tokens)")
     ssm, accepted, source, source_rows = ssm_state_indices, num_accepted_tokens, initial_state_source, initial_state_indices
@@ -112,7 +116,7 @@ def _verify(q, k, v, g, beta, output, *, initial_state, output_final_state, froz
                 raise _bad("parent_indices", "is set for FLA's plain form (no ssm_state_indices), which keeps a "
                                              "chain's final state: a token tree goes with spec decode or a frozen verify")
             if initial_state is None:
-                initial_state = _new(q, (B, HV, V, K), "float32", fill=0)
+                initial_state = _new(q, (B,) + state, "float32", fill=0)
             elif len(initial_state.shape) == 4 and int(initial_state.shape[0]) < B:
                 raise _bad("initial_state", f"has {int(initial_state.shape[0])} rows but B = {B}: without "
                                             "ssm_state_indices sequence b runs from row b")
@@ -124,7 +128,7 @@ def _verify(q, k, v, g, beta, output, *, initial_state, output_final_state, froz
             write_row = _identity_rows(q, B, T)
             names["write_row"] = "initial_state (rows b * T + t)"
             if initial_state is None and not frozen:
-                initial_state = _new(q, (B * T, HV, V, K), "float32", fill=0)
+                initial_state = _new(q, (B * T,) + state, "float32", fill=0)
             if frozen:
                 if accepted is not None and source is None:
                     raise _bad("num_accepted_tokens", "is set with disable_state_update and no ssm_state_indices: the "
@@ -164,10 +168,11 @@ def _verify(q, k, v, g, beta, output, *, initial_state, output_final_state, froz
                 raise _bad(name, f"has dtype {_dtype_name(x)}; expected int32 (or int64)")
             if shape is not None and _shape(x) != shape:
                 raise _bad(name, f"has shape {_shape(x)}; expected {shape}")
-    if initial_state is not None and len(initial_state.shape) == 4 and K != V and \
+    if state_v_first and initial_state is not None and len(initial_state.shape) == 4 and K != V and \
             _shape(initial_state)[1:] == [HV, K, V]:
         raise _bad(names["states"], f"has shape {_shape(initial_state)}: FLA's [N, HV, K, V] layout; kdagraph's state "
-                                    f"is V-major, [N, HV, V, K] = [*, {HV}, {V}, {K}] (SPEC §1)")
+                                    f"is V-major, [N, HV, V, K] = [*, {HV}, {V}, {K}] (SPEC §1); pass "
+                                    "state_v_first=False to have FLA's plain form run on a transposed copy")
     if host_checks and _is_host(q):
         if initial_state is not None and len(initial_state.shape) != 4:
             raise _bad(names["states"], f"has shape {_shape(initial_state)}; expected [N, HV, V, K]")
@@ -177,8 +182,13 @@ def _verify(q, k, v, g, beta, output, *, initial_state, output_final_state, froz
 
     if output is None:
         output = _new(q, (B, T, HV, V), "like")
+    callers = initial_state
+    if not state_v_first:
+        initial_state = _swapped(callers[:B], stream, q)
     A_log, dt_bias, l2norm, scale, gate, lower_bound, beta_is_logit, neg_eigval = kernel
     _kdagraph._verify_indexed(q, k, v, g, beta, output, initial_state, seeds, seed_row, seed_token, write_row,
                               A_log, dt_bias, l2norm, scale, gate, lower_bound, beta_is_logit, writes,
                               parent_indices, stream, names, neg_eigval)
-    return output, (initial_state if output_final_state else None)
+    if not state_v_first and writes:
+        _swapped(initial_state, stream, q, into=callers[:B])
+    return output, (callers if output_final_state else None)

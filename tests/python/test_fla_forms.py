@@ -4,7 +4,9 @@ torch CPU tensors as FLA passes them (cu_seqlens int64):
 - the plain form: T tokens from initial_state[b], no ssm_state_indices, only the final state written back
   (in place, returned) with output_final_state=True and nothing written without it;
 - cu_seqlens of different lengths (FLA's varlen form): each sequence as if called alone, bitwise, on views
-  of the caller's arrays; with FLA's rows (sequence b from row b) and with spec-decode indices.
+  of the caller's arrays; with FLA's rows (sequence b from row b) and with spec-decode indices;
+- FLA's default state layout [N, HV, K, V] (state_v_first=False, or transpose_state_layout=False) in those
+  forms, numpy and torch: bitwise the call on the V-major state, K != V and K = V; refused for a pool.
 
 Against the fp64 recurrence of SPEC §1 (helpers.reference_verify) within the bar FLA's own tests set
 (tests/ops/test_kda.py: RMS error / RMS of the reference below 0.005) and, in fp32, within 1e-5."""
@@ -32,17 +34,18 @@ PLAIN = [(1, 64, 1, 64, 1.0, 1, False, 1), (2, 37, 3, 60, 1.0, 1, False, 1), (3,
          (2, 16, 2, 32, 0.1, 10, True, 2)]
 
 
-def fla_inputs(gen, B, T, H, D, normalizer, l2norm_in_kernel, G=1):
+def fla_inputs(gen, B, T, H, D, normalizer, l2norm_in_kernel, G=1, V=None):
     """FLA's test inputs: q, k, v uniform in [0, 1), g = logsigmoid(randn) / normalizer, beta a sigmoid,
-    h0 randn; q and k normalized by the caller unless the kernel does it. h0 in kdagraph's [V, K]."""
-    HV = H * G
+    h0 randn; q and k normalized by the caller unless the kernel does it. K = D, V = D unless given; h0
+    in kdagraph's [V, K]."""
+    HV, V = H * G, V or D
     q, k = torch.rand(B, T, H, D, generator=gen), torch.rand(B, T, H, D, generator=gen)
     if not l2norm_in_kernel:
         q, k = F.normalize(q, p=2, dim=-1), F.normalize(k, p=2, dim=-1)
-    v = torch.rand(B, T, HV, D, generator=gen)
+    v = torch.rand(B, T, HV, V, generator=gen)
     g = F.logsigmoid(torch.randn(B, T, HV, D, generator=gen)) / normalizer
     beta = torch.randn(B, T, HV, generator=gen).sigmoid()
-    h0 = torch.randn(B, HV, D, D, generator=gen)
+    h0 = torch.randn(B, HV, V, D, generator=gen)
     return q, k, v, g, beta, h0
 
 
@@ -200,9 +203,10 @@ def test_what_a_varlen_call_cannot_do_is_refused_before_any_sequence_runs(rng):
                                      output=out.numpy())
 
 
-def test_flas_k_v_state_layout_is_refused_by_name():
+def test_flas_k_v_state_layout_is_refused_by_name_unless_asked_for():
     """FLA keeps its state [N, HV, K, V]; kdagraph's is V-major [N, HV, V, K] (SPEC §1). Where K != V
-    the layout shows in the shape, and the refusal names it (where K = V only the caller knows)."""
+    the layout shows in the shape, and the refusal names it and the keyword that takes it (where K = V
+    only the caller knows: state_v_first says)."""
     gen = torch.Generator().manual_seed(5)
     B, T, H, K, V = 2, 3, 2, 16, 8
     q, k = torch.rand(B, T, H, K, generator=gen), torch.rand(B, T, H, K, generator=gen)
@@ -211,6 +215,94 @@ def test_flas_k_v_state_layout_is_refused_by_name():
     with pytest.raises(kdagraph.InvalidArgument, match=r"FLA's \[N, HV, K, V\] layout") as e:
         kdagraph.recurrent_kda(q, k, v, g, beta, initial_state=fla_state, output_final_state=True)
     assert e.value.argument == "initial_state" and "[2, 2, 16, 8]" in str(e.value)
+    assert "state_v_first=False" in str(e.value)
+
+
+# state_v_first=False: FLA's default [N, HV, K, V] state. Where K != V the layout shows in the shapes;
+# where K = V a state read untransposed would pass every shape check.
+KV = [(32, 64), (32, 32)]
+
+
+def same_bits(a, b):
+    a, b = np.ascontiguousarray(np.asarray(a)), np.ascontiguousarray(np.asarray(b))
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("K,V", KV, ids=[f"K{k}-V{v}" for k, v in KV])
+@pytest.mark.parametrize("lengths", [None, [4, 1, 6]], ids=["dense", "varlen"])
+def test_flas_k_v_state_runs_as_its_transpose(rng, framework, K, V, lengths):
+    """state_v_first=False, or its old spelling transpose_state_layout=False, in FLA's plain and varlen
+    forms: outputs and states bitwise those of the same call on the V-major state the test transposes,
+    the final state written back into the caller's array (returned), a row the call does not read
+    untouched; the fp64 recurrence within FLA's bar; without output_final_state nothing is written; with
+    no state, zeros, returned in FLA's layout."""
+    gen = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
+    B, T = (3, 5) if lengths is None else (len(lengths), sum(lengths))
+    q, k, v, g, beta, _ = fla_inputs(gen, 1 if lengths else B, T, 2, K, 1, True, 2, V=V)
+    h0 = torch.randn(B + 1, 4, V, K, generator=gen)  # V-major; the call reads rows [0, B)
+    as_framework = (lambda x: x.numpy()) if framework == "numpy" else (lambda x: x)
+    io = [as_framework(x) for x in (q, k, v, g, beta)]
+    cu = None if lengths is None else as_framework(torch.tensor(np.cumsum([0] + lengths)))
+    fla_layout = lambda x: as_framework(x.transpose(-1, -2).contiguous())
+
+    v_major = as_framework(h0.clone())
+    want_o, _ = kdagraph.recurrent_kda(*io, initial_state=v_major, output_final_state=True, cu_seqlens=cu)
+    for spelling in ("state_v_first", "transpose_state_layout"):
+        state = fla_layout(h0)
+        o, final = kdagraph.recurrent_kda(*io, initial_state=state, output_final_state=True, cu_seqlens=cu,
+                                          **{spelling: False})
+        assert final is state, "the final state is the caller's array"
+        assert same_bits(o, want_o), f"{spelling}: outputs"
+        assert same_bits(state, np.swapaxes(np.asarray(v_major), -1, -2)), f"{spelling}: states"
+        assert same_bits(state[B], h0[B].transpose(-1, -2)), "a row the call does not read"
+
+    if lengths is None:
+        ref_o, ref_final = reference(q, k, v, g, beta, h0[:B], scale=None)
+    else:
+        bounds = np.cumsum([0] + lengths)
+        parts = [reference(*(x[:, s:e] for x in (q, k, v, g, beta)), h0[b:b + 1], scale=None)
+                 for b, (s, e) in enumerate(zip(bounds[:-1], bounds[1:]))]
+        ref_o, ref_final = np.concatenate([o for o, _ in parts], axis=1), np.concatenate([f for _, f in parts])
+    close("o", np.asarray(o), ref_o)
+    close("final state", np.swapaxes(np.asarray(state)[:B], -1, -2), ref_final)
+
+    state = fla_layout(h0)
+    o, final = kdagraph.recurrent_kda(*io, initial_state=state, cu_seqlens=cu, state_v_first=False)
+    assert final is None and same_bits(state, h0.transpose(-1, -2)), "without output_final_state nothing is written"
+    assert same_bits(o, want_o)
+
+    o, final = kdagraph.recurrent_kda(*io, output_final_state=True, cu_seqlens=cu, state_v_first=False)
+    zeros = as_framework(torch.zeros(B, 4, V, K))
+    want_o, _ = kdagraph.recurrent_kda(*io, initial_state=zeros, output_final_state=True, cu_seqlens=cu)
+    assert same_bits(o, want_o) and same_bits(final, np.swapaxes(np.asarray(zeros), -1, -2)), "from zeros"
+
+
+def test_flas_k_v_state_is_refused_for_a_pool_and_beside_its_old_spelling(rng):
+    """A state pool is updated in place and never copied: every pool form refuses state_v_first=False
+    (either spelling) by name. Both spellings at once are refused naming the old one, as FLA refuses
+    them. Each with nothing changed."""
+    gen = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
+    B, T, K, V = 2, 3, 16, 32
+    q, k, v, g, beta, _ = (x.numpy() for x in fla_inputs(gen, B, T, 1, K, 1, True, 2, V=V))
+    pool = torch.randn(B * T, 2, K, V, generator=gen).numpy()
+    source = pool.copy()
+    rows = np.arange(B * T, dtype=np.int32).reshape(B, T)
+    out = np.zeros(v.shape, np.float32)
+    k_major = dict(state_v_first=False)
+    calls = {
+        "state_v_first": [dict(k_major, ssm_state_indices=rows), dict(k_major, num_spec_tokens=T - 1),
+                          dict(k_major, initial_state_source=source, initial_state_indices=rows[:, 0].copy()),
+                          dict(k_major, disable_state_update=True),
+                          dict(transpose_state_layout=False, ssm_state_indices=rows)],
+        "transpose_state_layout": [dict(state_v_first=False, transpose_state_layout=False),
+                                   dict(state_v_first=True, transpose_state_layout=True)],
+    }
+    for argument, variants in calls.items():
+        for kw in variants:
+            expect_refused_unchanged(lambda: kdagraph.recurrent_kda(q, k, v, g, beta, initial_state=pool, output=out,
+                                                                    **kw),
+                                     argument, pool=pool, source=source, output=out)
 
 
 @pytest.mark.parametrize("logit", [True, False])
