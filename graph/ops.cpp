@@ -232,7 +232,8 @@ void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& stora
 void short_conv(const Stream& s, const ShortConvCall& c) {
   const char* where = "ops::short_conv";
   detail::validate_conv(where, c.conv);
-  require(c.io_dtype == DType::f32 || c.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
+  require(c.io_dtype == DType::f32 || c.io_dtype == DType::bf16 || c.io_dtype == DType::f16, where, "io_dtype",
+          "is not f32, bf16 or f16");
   require_in_range(where, "batch", c.batch, 1, INT32_MAX);
   require_in_range(where, "tokens", c.tokens, 1, 1024);
   require_in_range(where, "scratch_steps", c.scratch_steps, c.tokens, 1 << 16);

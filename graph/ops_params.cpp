@@ -26,6 +26,7 @@ VerifyParams verify_params(const RoundSpec& spec, int32_t rows, int32_t layer, c
   p.A_log = in.A_log;
   p.dt_bias = in.dt_bias;
   p.gate_heads = in.gate_heads > 0 ? in.gate_heads : spec.model.value_heads;
+  p.gate_f32 = in.gate_f32 && spec.io_dtype != DType::f32;
   p.q_strides = in.q_strides;
   p.k_strides = in.k_strides;
   p.v_strides = in.v_strides;

@@ -28,7 +28,9 @@ bool is_mode(Mode m) {
   return false;
 }
 
-bool is_dtype(DType t) { return t == DType::f32 || t == DType::bf16; }
+// io dtypes: f32, bf16 and f16; state dtypes (pool, scratch, the checkpoint): f32 and bf16.
+bool is_dtype(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+bool is_state_dtype(DType t) { return t == DType::f32 || t == DType::bf16; }
 
 }  // namespace
 
@@ -40,7 +42,9 @@ void validate(const VerifierConfig& c) {
   require_in_range(where, "pool.scratch_steps", c.pool.scratch_steps, 1, 64);
   require_in_range(where, "tokens", c.tokens, 1, c.pool.scratch_steps);
   require_in_range(where, "max_rows", c.max_rows, 1, c.pool.slots);
-  require(is_dtype(c.pool.state_dtype), where, "pool.state_dtype", "is not f32 or bf16");
+  require(is_state_dtype(c.pool.state_dtype), where, "pool.state_dtype", [&] {
+    return std::string("= ") + to_string(c.pool.state_dtype) + ": the state is stored in f32 or bf16";
+  });
 }
 
 namespace detail {
@@ -86,7 +90,7 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   require_in_range(where, "model.head_k", m.head_k, 1, 1024);
   require_in_range(where, "model.head_v", m.head_v, 1, 1024);
   require_in_range(where, "tokens", spec.tokens, 1, 1024);
-  require(is_dtype(spec.io_dtype), where, "io_dtype", "is not f32 or bf16");
+  require(is_dtype(spec.io_dtype), where, "io_dtype", "is not f32, bf16 or f16");
   require(is_mode(spec.mode), where, "mode", [&] { return "= " + std::to_string(int(spec.mode)) + " is not a Mode"; });
   validate_conv_shape(where, spec.conv, m);
   if (mode_policy(spec.mode).ring) validate_ring(where, "ring", spec.ring, spec.tokens);
@@ -140,7 +144,7 @@ struct ViewField {
 void validate_view(const char* where, const char* name, const StateView& v, const RoundSpec& spec,
                    int64_t min_rows, int64_t row_elems, Backend backend, int64_t row_align_bytes) {
   auto field = [&](const char* f) { return ViewField{where, name, f}; };
-  field("dtype").require(is_dtype(v.dtype), [] { return "is not f32 or bf16"; });
+  field("dtype").require(is_dtype(v.dtype), [] { return "is not f32, bf16 or f16"; });
   field("layers").in_range(v.layers, spec.model.layers, spec.model.layers);
   field("rows").in_range(v.rows, min_rows, int64_t(1) << 40);
   field("row_stride").in_range(v.row_stride, row_elems, int64_t(1) << 40);
@@ -202,13 +206,16 @@ void validate_state_view(const char* where, const char* name, const StateView& v
                          int64_t min_rows, Backend backend) {
   const int64_t state_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
   validate_view(where, name, view, spec, min_rows, state_elems, backend);
+  if (!is_state_dtype(view.dtype))  // the argument's name is built only for the error: a round allocates nothing
+    throw_invalid(where, (std::string(name) + ".dtype").c_str(),
+                  std::string("= ") + to_string(view.dtype) + ": the state is stored in f32 or bf16");
 }
 
 void validate_storage(const char* where, const RoundSpec& spec, const SlotStorage& st, Backend backend) {
   require_in_range(where, "storage.slots", st.slots, 1, INT32_MAX);
   require_in_range(where, "storage.scratch_steps", st.scratch_steps, spec.tokens, 1 << 16);
   const int64_t state_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
-  validate_view(where, "storage.pool", st.pool, spec, st.slots, state_elems, backend);
+  validate_state_view(where, "storage.pool", st.pool, spec, st.slots, backend);
   const ModePolicy policy = mode_policy(spec.mode);
   if (policy.ring) {
     validate_view(where, "storage.ring_kg", st.ring_kg, spec, st.slots, ring_kg_row_elems(spec), backend);
@@ -367,7 +374,11 @@ void validate_layer_inputs(const char* where, const LayerInputs& in, const Round
   }
   require_buffer(where, "g", in.g, 16);
   require_buffer(where, "o", in.o, 16);
-  require_buffer(where, "beta", in.beta, dtype_size(c.io_dtype));
+  require_buffer(where, "beta", in.beta, in.gate_f32 ? sizeof(float) : dtype_size(c.io_dtype));
+  // A ring record keeps its token's g in the io dtype, and a fold must see the g the verify saw.
+  require(!in.gate_f32 || c.io_dtype == DType::f32 || !mode_policy(c.mode).ring, where, "gate_f32",
+          [&] { return std::string("is set with io_dtype = ") + to_string(c.io_dtype) +
+                       " in replay mode: the ring keeps g in the io dtype; pass g in it"; });
   // The gate parameters may be absent (zeros, SPEC §11), per value head or per query/key head.
   if (in.A_log != nullptr) require_buffer(where, "A_log", in.A_log, 4);
   if (in.dt_bias != nullptr) require_buffer(where, "dt_bias", in.dt_bias, 4);

@@ -35,6 +35,7 @@ cudaError_t launch_compact_ring(const RingCompactParams& p, DType io_dtype, Laun
   require_in_range("launch_compact_ring", "layers", p.layers, 1, 65535);
   if (p.rows == 0) return cudaSuccess;
   const dim3 grid(unsigned(p.rows), unsigned(p.layers));
+  // Records move as bits: one 2-byte instance serves bf16 and f16.
   return io_dtype == DType::f32 ? launch_kernel(compact_ring_kernel<float>, grid, kCompactThreads, on, p)
                                 : launch_kernel(compact_ring_kernel<math::bf16>, grid, kCompactThreads, on, p);
 }

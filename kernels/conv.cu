@@ -69,7 +69,8 @@ cudaError_t launch_conv(const ConvParams& p, Launch on) {
   const bool fixed = p.layout == ConvLayout::fixed_window;
   require_in_range(where, "tokens", p.tokens, 1, fixed ? INT32_MAX : p.scratch_steps);
   require_in_range(where, "channels", p.channels, 1, INT32_MAX);
-  require(p.io_dtype == DType::f32 || p.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
+  require(p.io_dtype == DType::f32 || p.io_dtype == DType::bf16 || p.io_dtype == DType::f16, where, "io_dtype",
+          "is not f32, bf16 or f16");
   if (p.rows == 0) return cudaSuccess;
   const uintptr_t es = uintptr_t(elem_bytes(p.io_dtype));
   int64_t covered = 0;
@@ -102,8 +103,12 @@ cudaError_t launch_conv(const ConvParams& p, Launch on) {
     return "= " + std::to_string(p.rows) + " with C = " + std::to_string(p.channels) + " needs " +
            std::to_string(blocks) + " blocks, more than a grid holds";
   });
-  return p.io_dtype == DType::f32 ? dispatch_width<float>(p, on, chunks, unsigned(blocks))
-                                  : dispatch_width<math::bf16>(p, on, chunks, unsigned(blocks));
+  switch (p.io_dtype) {
+    case DType::f32: return dispatch_width<float>(p, on, chunks, unsigned(blocks));
+    case DType::f16: return dispatch_width<math::f16>(p, on, chunks, unsigned(blocks));
+    case DType::bf16: break;
+  }
+  return dispatch_width<math::bf16>(p, on, chunks, unsigned(blocks));
 }
 
 cudaError_t launch_conv_window(const ConvWindowParams& p, Launch on) {
@@ -112,7 +117,8 @@ cudaError_t launch_conv_window(const ConvWindowParams& p, Launch on) {
   require_in_range(where, "width", p.width, kMinConvWidth, kMaxConvWidth);
   require_in_range(where, "channels", p.channels, 1, INT32_MAX);
   require_in_range(where, "layers", p.layers, 1, INT32_MAX);
-  require(p.io_dtype == DType::f32 || p.io_dtype == DType::bf16, where, "io_dtype", "is not f32 or bf16");
+  require(p.io_dtype == DType::f32 || p.io_dtype == DType::bf16 || p.io_dtype == DType::f16, where, "io_dtype",
+          "is not f32, bf16 or f16");
   if (p.count == 0) return cudaSuccess;
   detail::require_buffer(where, "slot_of", p.slot_of, alignof(int32_t));
   if (p.accept_of != nullptr) detail::require_buffer(where, "accept_of", p.accept_of, alignof(int32_t));

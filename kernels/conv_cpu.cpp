@@ -43,6 +43,7 @@ void conv_window_all(const ConvWindowParams& p) {
 
 void conv_cpu(const ConvParams& p) {
   if (p.io_dtype == DType::f32) conv_width<float>(p);
+  else if (p.io_dtype == DType::f16) conv_width<math::f16>(p);
   else conv_width<math::bf16>(p);
 }
 

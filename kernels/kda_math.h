@@ -58,6 +58,51 @@ KDA_HD bf16 f32_to_bf16(float f) {
   return bf16{uint16_t(u >> 16)};
 }
 
+// ---- fp16 (IEEE binary16) io: round to nearest even, subnormals kept ---------------------------------
+// On the device the conversions are the hardware's (cvt); the host computes the same bits (a NaN becomes
+// the canonical 0x7fff, as cvt.rn.f16.f32 makes it).
+
+struct f16 {
+  uint16_t bits;
+};
+
+KDA_HD float to_f32(f16 x) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+#else
+  const uint32_t sign = uint32_t(x.bits & 0x8000u) << 16, e = (x.bits >> 10) & 0x1fu, m = x.bits & 0x3ffu;
+  if (e == 0x1fu) return bits_to_float(sign | 0x7f800000u | (m << 13) | (m != 0 ? 0x00400000u : 0u));
+  if (e != 0) return bits_to_float(sign | ((e + 112u) << 23) | (m << 13));
+  const float magnitude = float(m) * 5.9604644775390625e-8f;  // m 2^-24, exact
+  return sign != 0 ? -magnitude : magnitude;
+#endif
+}
+
+KDA_HD f16 f32_to_f16(float f) {
+#if defined(__CUDA_ARCH__)
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return f16{h};
+#else
+  const uint32_t u = float_to_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return f16{uint16_t(0x7fffu)};                  // NaN
+  if (a >= 0x477ff000u) return f16{uint16_t(sign | 0x7c00u)};          // 65520 and up round to infinity
+  if (a >= 0x38800000u) {                                              // a normal half: 2^-14 and up
+    const uint32_t r = a + 0x0fffu + ((a >> 13) & 1u) - 0x38000000u;  // round, then rebias 127 -> 15
+    return f16{uint16_t(sign | (r >> 13))};
+  }
+  if (a < 0x33000000u) return f16{uint16_t(sign)};                    // below 2^-25: zero
+  // A subnormal half, m 2^-24: the fp32 significand shifted down by 126 - exponent (14 to 24), to even.
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u, shift = 126u - (a >> 23);
+  uint32_t h = m >> shift;
+  const uint32_t rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  if (rest > half || (rest == half && (h & 1u) != 0)) ++h;
+  return f16{uint16_t(sign | h)};
+#endif
+}
+
 template <class T>
 KDA_HD T from_f32(float x);
 template <>
@@ -69,9 +114,23 @@ KDA_HD bf16 from_f32<bf16>(float x) {
   return f32_to_bf16(x);
 }
 
+template <>
+KDA_HD f16 from_f32<f16>(float x) {
+  return f32_to_f16(x);
+}
+
 // Element i of a buffer holding dtype t, as fp32.
 KDA_HD float load_as_f32(const void* base, DType t, int64_t i) {
-  return t == DType::f32 ? static_cast<const float*>(base)[i] : to_f32(static_cast<const bf16*>(base)[i]);
+  if (t == DType::f32) return static_cast<const float*>(base)[i];
+  if (t == DType::f16) return to_f32(static_cast<const f16*>(base)[i]);
+  return to_f32(static_cast<const bf16*>(base)[i]);
+}
+
+// x rounded into element i of a buffer holding dtype t.
+KDA_HD void store_from_f32(void* base, DType t, int64_t i, float x) {
+  if (t == DType::f32) static_cast<float*>(base)[i] = x;
+  else if (t == DType::f16) static_cast<f16*>(base)[i] = f32_to_f16(x);
+  else static_cast<bf16*>(base)[i] = f32_to_bf16(x);
 }
 
 // ---- the multiply-add of the update, fused on the device, unfused on the host ----------------------

@@ -43,8 +43,12 @@ cudaError_t launch_synthetic_inputs(const SyntheticInputParams& p, Launch on) {
   const int64_t total = synthetic_inputs_elements(p);
   const int threads = 256;
   const int blocks = int((total + threads - 1) / threads < 4096 ? (total + threads - 1) / threads : 4096);
-  return p.io_dtype == DType::f32 ? launch_kernel(synthetic_inputs_kernel<float>, blocks, threads, on, p)
-                                  : launch_kernel(synthetic_inputs_kernel<math::bf16>, blocks, threads, on, p);
+  switch (p.io_dtype) {
+    case DType::f32: return launch_kernel(synthetic_inputs_kernel<float>, blocks, threads, on, p);
+    case DType::f16: return launch_kernel(synthetic_inputs_kernel<math::f16>, blocks, threads, on, p);
+    case DType::bf16: break;
+  }
+  return launch_kernel(synthetic_inputs_kernel<math::bf16>, blocks, threads, on, p);
 }
 
 cudaError_t launch_synthetic_state(const SyntheticStateParams& p, Launch on) {

@@ -233,12 +233,6 @@ KDA_HD float synthetic_conv_weight(uint64_t seed, uint32_t layer, uint32_t eleme
   return synthetic_uniform(synthetic_bits(seed, 0, 0, layer, 0, SyntheticField::conv_weight, element), -0.6f, 0.6f);
 }
 
-// Element i of a buffer of dtype t, written from fp32.
-KDA_HD void store_from_f32(void* base, DType t, int64_t i, float x) {
-  if (t == DType::f32) static_cast<float*>(base)[i] = x;
-  else static_cast<math::bf16*>(base)[i] = math::f32_to_bf16(x);
-}
-
 // A joining request's whole state [L, HV, V, K] in the state dtype and, with a conv, its conv window
 // [L, W - 1, C] in the io dtype (the prompt's last inputs), generated where they are used.
 struct SyntheticStateParams {
@@ -262,13 +256,13 @@ KDA_HD void synthetic_state_element(const SyntheticStateParams& p, int64_t i) {
   const int64_t states = int64_t(p.layers) * p.slot_elems;
   if (i < states) {
     const uint32_t layer = uint32_t(i / p.slot_elems), e = uint32_t(i % p.slot_elems);
-    store_from_f32(p.out, p.state_dtype, i, synthetic_state(p.seed, p.request, layer, e));
+    math::store_from_f32(p.out, p.state_dtype, i, synthetic_state(p.seed, p.request, layer, e));
     return;
   }
   const int64_t w = i - states;
   const uint32_t layer = uint32_t(w / p.window_elems), e = uint32_t(w % p.window_elems);
   const uint32_t bits = synthetic_bits(p.seed, p.request, 0, layer, 0, SyntheticField::conv_window, e);
-  store_from_f32(p.conv_window, p.io_dtype, w, synthetic_uniform(bits, -1.0f, 1.0f));
+  math::store_from_f32(p.conv_window, p.io_dtype, w, synthetic_uniform(bits, -1.0f, 1.0f));
 }
 
 void synthetic_state_cpu(const SyntheticStateParams& p);

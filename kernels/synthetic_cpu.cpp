@@ -7,6 +7,9 @@ void synthetic_inputs_cpu(const SyntheticInputParams& p) {
   if (p.io_dtype == DType::f32) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < total; ++i) synthetic_inputs_element<float>(p, i);
+  } else if (p.io_dtype == DType::f16) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < total; ++i) synthetic_inputs_element<math::f16>(p, i);
   } else {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < total; ++i) synthetic_inputs_element<math::bf16>(p, i);

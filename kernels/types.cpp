@@ -37,7 +37,14 @@ bool cuda_available() {
 #endif
 }
 
-const char* to_string(DType t) { return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "?"; }
+const char* to_string(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+  }
+  return "?";
+}
 const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : b == Backend::cuda ? "cuda" : "?"; }
 const char* to_string(Mode m) {
   switch (m) {

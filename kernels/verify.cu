@@ -66,13 +66,20 @@ cudaError_t launch_tiles(const VerifyParams& p, Launch on) {
 }
 
 // The one place run-time sizes and dtypes become template parameters.
+template <int K, class IoT>
+cudaError_t dispatch_state(const VerifyParams& p, Launch on) {
+  if (p.pool.dtype == DType::f32) return launch_tiles<K, IoT, float>(p, on);
+  return launch_tiles<K, IoT, bf16>(p, on);
+}
+
 template <int K>
 cudaError_t dispatch_dtypes(const VerifyParams& p, Launch on) {
-  const bool io_f32 = p.io_dtype == DType::f32, state_f32 = p.pool.dtype == DType::f32;
-  if (io_f32 && state_f32) return launch_tiles<K, float, float>(p, on);
-  if (io_f32) return launch_tiles<K, float, bf16>(p, on);
-  if (state_f32) return launch_tiles<K, bf16, float>(p, on);
-  return launch_tiles<K, bf16, bf16>(p, on);
+  switch (p.io_dtype) {
+    case DType::f32: return dispatch_state<K, float>(p, on);
+    case DType::bf16: return dispatch_state<K, bf16>(p, on);
+    case DType::f16: return dispatch_state<K, math::f16>(p, on);
+  }
+  return cudaErrorInvalidValue;  // not a DType: validation refuses it first
 }
 
 }  // namespace
@@ -109,9 +116,9 @@ cudaError_t launch_verify(const VerifyParams& p, Launch on) {
       detail::require_buffer(where, "v", p.v, 16);
     }
     detail::require_buffer(where, "g", p.g, 16);
-    const uintptr_t io_bytes = p.io_dtype == DType::f32 ? 4 : 2;
+    const uintptr_t io_bytes = dtype_size(p.io_dtype);
     detail::require_buffer(where, "o", p.o, io_bytes);
-    detail::require_buffer(where, "beta", p.beta, io_bytes);
+    detail::require_buffer(where, "beta", p.beta, p.gate_f32 ? sizeof(float) : io_bytes);
   }
   if (p.slot_list == nullptr) {
     require(p.seed_token != nullptr || p.seed_pool != nullptr || p.seed_scratch != nullptr, where, "seed_pool",

@@ -47,6 +47,7 @@ struct VerifyParams {
   const float* A_log = nullptr;    // [gate_heads], gate in kernel only; null: zeros
   const float* dt_bias = nullptr;  // [gate_heads * K], gate in kernel only; null: zeros
   int32_t gate_heads = 0;          // HV or H (LayerInputs::gate_heads); 0: HV
+  bool gate_f32 = false;           // g and beta in fp32, not the io dtype (LayerInputs::gate_f32)
   // Element strides of q, k and v (LayerInputs); 0: the compact layout's.
   InputStrides q_strides, k_strides, v_strides;
 

@@ -16,10 +16,9 @@ namespace {
 
 using math::bf16;
 
-template <class T>
-float io_value(const void* base, int64_t i) {
-  return math::to_f32(static_cast<const T*>(base)[i]);
-}
+// The io dtype is a run-time choice here: its conversions are per token, outside the state loop, and a
+// third io dtype would otherwise compile the verify again for every state dtype and instruction set.
+float io_value(DType t, const void* base, int64_t i) { return math::load_as_f32(base, t, i); }
 
 // State rows one pass of the token loop carries together: their sums are independent chains the core
 // overlaps. A row's arithmetic does not depend on the group it is in.
@@ -114,6 +113,7 @@ struct TokenSource {
   const void* v = nullptr;
   const void* g;
   const void* beta = nullptr;
+  DType gate_dtype;          // of g and beta: the io dtype's, or fp32 beside 16-bit io (VerifyParams::gate_f32)
   const float* u = nullptr;  // a record's u of the head's V rows
   int64_t q_off = 0, k_off, v_off = 0, g_off, beta_off = 0, o_off = 0;
 };
@@ -134,6 +134,7 @@ struct UnitTokens {
     TokenSource src;
     if (u < r.replay) {
       src.k = src.g = ring_kg;
+      src.gate_dtype = p.io_dtype;
       src.k_off = ring.k_offset(record(u), hq);
       src.g_off = ring.g_offset(record(u), h);
       src.u = ring_u + ring.u_offset(record(u), h);
@@ -145,6 +146,7 @@ struct UnitTokens {
     src.v = p.v;
     src.g = p.g;
     src.beta = p.beta;
+    src.gate_dtype = p.gate_f32 ? DType::f32 : p.io_dtype;
     src.q_off = q_offset(p, n, t, hq);
     src.k_off = k_offset(p, n, t, hq);
     src.v_off = v_offset(p, n, t, h);
@@ -163,9 +165,8 @@ struct UnitTokens {
 };
 
 // A q or k vector in fp32, zero-padded to kp, L2-normalized when the options say so, times `scale`.
-template <class IoT>
 void load_and_normalize(const VerifyParams& p, const void* src, int64_t offset, float scale, float* dst, int64_t kp) {
-  for (int32_t i = 0; i < p.head_k; ++i) dst[i] = io_value<IoT>(src, offset + i);
+  for (int32_t i = 0; i < p.head_k; ++i) dst[i] = io_value(p.io_dtype, src, offset + i);
   for (int64_t i = p.head_k; i < kp; ++i) dst[i] = 0.0f;
   Vec sum_sq = zero();
   for (int64_t c = 0; c < kp; c += kLanes) sum_sq = fmadd(load(dst + c), load(dst + c), sum_sq);
@@ -266,11 +267,10 @@ struct UnitRows {
 
 // Rows [j, j + R) of a unit through all its tokens. Each row is read whole before any post-state row
 // is written: the seed may be a scratch row this verify overwrites (SPEC §3).
-template <int R, class IoT, class StateT>
+template <int R, class StateT>
 void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScratch& w, int32_t j, bool streaming) {
   const int32_t K = p.head_k, replay = u.tokens.r.replay;
   const int64_t head_elems = int64_t(K) * p.head_v;
-  IoT* o = static_cast<IoT*>(p.o);
   load_rows(w.rows, w.kp, u.seed + int64_t(j) * K, K, R);
   const int64_t group_floats = R * w.kp;
   auto kept = [&](int32_t i) { return w.kept + i * kRowGroup * w.kp; };  // i = new token + 1, 0: its seed
@@ -291,9 +291,9 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
       continue;
     }
     float v[R], out[R], du[R];
-    for (int r = 0; r < R; ++r) v[r] = io_value<IoT>(src.v, src.v_off + j + r);
+    for (int r = 0; r < R; ++r) v[r] = io_value(p.io_dtype, src.v, src.v_off + j + r);
     update_rows<R>(w.rows, w.kp, w.k + t * w.kp, w.a + t * w.kp, w.beta[t], v, w.q + t * w.kp, w.kq[t], out, du);
-    for (int r = 0; r < R; ++r) o[src.o_off + j + r] = math::from_f32<IoT>(out[r]);
+    for (int r = 0; r < R; ++r) math::store_from_f32(p.o, p.io_dtype, src.o_off + j + r, out[r]);
     if (u.tokens.r.records) {  // the new token's record: its u of these rows
       float* record_u = u.tokens.ring_u + u.tokens.ring.u_offset(u.tokens.record(t), u.tokens.h);
       for (int r = 0; r < R; ++r) record_u[j + r] = du[r];
@@ -311,7 +311,7 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
 // of its V rows, for the T new tokens, into w.conv (q [T][K], k [T][K], v [T][V]). The first unit of the
 // first value head of a group writes the history of the q and k channels, every unit its v channels'.
 template <class IoT>
-const IoT* conv_head(const VerifyParams& p, const ConvRow& r, const Unit& unit, const UnitScratch& w) {
+const void* conv_head(const VerifyParams& p, const ConvRow& r, const Unit& unit, const UnitScratch& w) {
   const int32_t K = p.head_k, V = p.head_v, T = p.tokens, HK = p.heads * K, G = p.value_heads / p.heads;
   const int32_t n = unit.row, h = unit.head, hq = h / G;
   IoT* q = static_cast<IoT*>(w.conv);
@@ -330,10 +330,10 @@ const IoT* conv_head(const VerifyParams& p, const ConvRow& r, const Unit& unit, 
 // The bytes of state and ring records a unit reads and writes (VerifyParams::bytes_moved): its seed
 // rows, its post-state rows, the folded records (their k and g, and u of its rows), the checkpoint on a
 // flush, and its records' u (the head's first unit: their k and g too, k by the group's first head).
-template <class IoT, class StateT>
+template <class StateT>
 int64_t unit_bytes(const VerifyParams& p, const VerifyRow& r, const Unit& unit, const UnitScratch& w) {
   const int64_t rows = unit.end_v - unit.first_v, state = rows * p.head_k * int64_t(sizeof(StateT));
-  const int64_t kg = int64_t(p.head_k) * int64_t(sizeof(IoT));
+  const int64_t kg = int64_t(p.head_k) * int64_t(dtype_size(p.io_dtype));
   int64_t posts = 0;
   for (int32_t t = 0; t < p.tokens; ++t) posts += w.write_row[t] >= 0;
   int64_t bytes = state * (1 + posts + (r.flush ? 1 : 0)) + r.replay * (2 * kg + rows * int64_t(sizeof(float)));
@@ -346,13 +346,22 @@ int64_t unit_bytes(const VerifyParams& p, const VerifyRow& r, const Unit& unit, 
 
 // One unit: its tokens' key-side vectors once, then its V rows, a group at a time, through all tokens:
 // a group stays in L1 across the T tokens, and the state moves once in and T times out, as on the GPU.
-template <class IoT, class StateT>
+// conv_head in the io dtype.
+const void* conv_head_io(const VerifyParams& p, const ConvRow& r, const Unit& unit, const UnitScratch& w) {
+  switch (p.io_dtype) {
+    case DType::f32: return conv_head<float>(p, r, unit, w);
+    case DType::bf16: return conv_head<bf16>(p, r, unit, w);
+    case DType::f16: return conv_head<math::f16>(p, r, unit, w);
+  }
+  return nullptr;
+}
+
+template <class StateT>
 void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, bool streaming) {
   const int32_t K = p.head_k, T = p.tokens, HV = p.value_heads, n = unit.row, h = unit.head;
   const int32_t hq = h / (HV / p.heads);
   const int64_t head_elems = int64_t(K) * p.head_v;
   const bool reports = h == 0 && unit.first_v == 0;  // one unit per row records the row's errors
-  IoT* o = static_cast<IoT*>(p.o);
 
   const VerifyRow r = verify_row(p, n, reports);
   const VerifyBases b = r.padded() ? VerifyBases{} : verify_bases(p, r, n, reports);
@@ -360,8 +369,8 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
   const ConvRow conv = fused && !r.padded() && b.ok ? conv_row(p.conv, n, reports) : ConvRow{};
   if (r.padded() || !b.ok || (fused && conv.padded())) {  // padded row: zeros out, nothing read, no state written
     for (int32_t t = 0; t < T; ++t) {
-      IoT* out = o + ((int64_t(n) * T + t) * HV + h) * p.head_v;
-      for (int32_t j = unit.first_v; j < unit.end_v; ++j) out[j] = math::from_f32<IoT>(0.0f);
+      const int64_t out = ((int64_t(n) * T + t) * HV + h) * p.head_v;
+      for (int32_t j = unit.first_v; j < unit.end_v; ++j) math::store_from_f32(p.o, p.io_dtype, out + j, 0.0f);
     }
     return;
   }
@@ -373,7 +382,7 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
       UnitTokens{p, r, ring ? state_row(b.ring_kg, p.ring_kg, r.seed_pool) : nullptr,
                  ring ? reinterpret_cast<float*>(state_row(b.ring_u, p.ring_u, r.seed_pool)) : nullptr,
                  RingLayout{p.ring_records, p.heads, HV, K, p.head_v}, n, h, hq,
-                 fused ? conv_head<IoT>(p, conv, unit, w) : nullptr},
+                 fused ? conv_head_io(p, conv, unit, w) : nullptr},
       r.replay + T};
 
   const float q_scale = math::query_scale(p.options, K);
@@ -382,18 +391,18 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
   for (int32_t t = 0; t < rows.count; ++t) {
     const TokenSource src = rows.tokens.source(t);
     float* a = w.a + t * w.kp;
-    load_and_normalize<IoT>(p, src.k, src.k_off, 1.0f, w.k + t * w.kp, w.kp);
+    load_and_normalize(p, src.k, src.k_off, 1.0f, w.k + t * w.kp, w.kp);
     w.kq[t] = 0.0f;
     if (src.q != nullptr) {
-      load_and_normalize<IoT>(p, src.q, src.q_off, q_scale, w.q + t * w.kp, w.kp);
+      load_and_normalize(p, src.q, src.q_off, q_scale, w.q + t * w.kp, w.kp);
       w.kq[t] = dot(w.k + t * w.kp, w.q + t * w.kp, w.kp);
     }
     for (int32_t i = 0; i < K; ++i) {
       const float dt = p.dt_bias ? p.dt_bias[int64_t(gh) * K + i] : 0.0f;
-      a[i] = math::decay_factor(math::log_decay(p.options, io_value<IoT>(src.g, src.g_off + i), a_log, dt));
+      a[i] = math::decay_factor(math::log_decay(p.options, io_value(src.gate_dtype, src.g, src.g_off + i), a_log, dt));
     }
     for (int64_t i = K; i < w.kp; ++i) a[i] = 0.0f;
-    w.beta[t] = src.beta != nullptr ? math::beta_value(p.options, io_value<IoT>(src.beta, src.beta_off)) : 0.0f;
+    w.beta[t] = src.beta != nullptr ? math::beta_value(p.options, io_value(src.gate_dtype, src.beta, src.beta_off)) : 0.0f;
   }
   for (int32_t t = 0; t < T; ++t) w.write_row[t] = post_state_row(p, n, t, reports);
   if (w.parent != nullptr) {  // the states a later token branches from are kept aside: a chain keeps none
@@ -405,26 +414,29 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
   }
 
   int32_t j = unit.first_v;
-  for (; j + kRowGroup <= unit.end_v; j += kRowGroup) verify_rows<kRowGroup, IoT, StateT>(p, rows, w, j, streaming);
-  for (; j < unit.end_v; ++j) verify_rows<1, IoT, StateT>(p, rows, w, j, streaming);
+  for (; j + kRowGroup <= unit.end_v; j += kRowGroup) verify_rows<kRowGroup, StateT>(p, rows, w, j, streaming);
+  for (; j < unit.end_v; ++j) verify_rows<1, StateT>(p, rows, w, j, streaming);
   if (streaming) stream_fence();
-  if (p.bytes_moved != nullptr) count_bytes(p.bytes_moved, unit_bytes<IoT, StateT>(p, r, unit, w));
+  if (p.bytes_moved != nullptr) count_bytes(p.bytes_moved, unit_bytes<StateT>(p, r, unit, w));
 
   if (!r.records || unit.first_v != 0) return;
   // The new tokens' k and g, as given (fused: k as the conv made it), into their records: by the first
   // unit of the head, and k, which the G value heads of query head hq share, by that of the first.
   const UnitTokens& tok = rows.tokens;
-  IoT* kg = reinterpret_cast<IoT*>(tok.ring_kg);
+  // g is in the io dtype here: a ring refuses fp32 gates beside 16-bit io (VerifyParams::gate_f32).
+  const int64_t es = int64_t(dtype_size(p.io_dtype));
   for (int32_t t = 0; t < T; ++t) {
     const TokenSource src = tok.source(r.replay + t);
     const int32_t record = tok.record(r.replay + t);
     if (h % (HV / p.heads) == 0)
-      std::memcpy(kg + tok.ring.k_offset(record, hq), static_cast<const IoT*>(src.k) + src.k_off, size_t(K) * sizeof(IoT));
-    std::memcpy(kg + tok.ring.g_offset(record, h), static_cast<const IoT*>(src.g) + src.g_off, size_t(K) * sizeof(IoT));
+      std::memcpy(tok.ring_kg + tok.ring.k_offset(record, hq) * es, static_cast<const char*>(src.k) + src.k_off * es,
+                  size_t(K * es));
+    std::memcpy(tok.ring_kg + tok.ring.g_offset(record, h) * es, static_cast<const char*>(src.g) + src.g_off * es,
+                size_t(K * es));
   }
 }
 
-template <class IoT, class StateT>
+template <class StateT>
 void verify_all(const VerifyParams& p) {
   const int threads = cpu_threads();
   const UnitGrid grid(p, threads);
@@ -436,18 +448,15 @@ void verify_all(const VerifyParams& p) {
   {
     const UnitScratch w(cpu_thread_scratch(scratch_bytes), p);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < grid.units; ++u) verify_unit<IoT, StateT>(p, grid.unit(p, u), w, streaming);
+    for (int64_t u = 0; u < grid.units; ++u) verify_unit<StateT>(p, grid.unit(p, u), w, streaming);
   }
 }
 
 }  // namespace
 
 void verify_cpu(const VerifyParams& p) {
-  const bool io_f32 = p.io_dtype == DType::f32, st_f32 = p.pool.dtype == DType::f32;
-  if (io_f32 && st_f32) verify_all<float, float>(p);
-  else if (io_f32) verify_all<float, bf16>(p);
-  else if (st_f32) verify_all<bf16, float>(p);
-  else verify_all<bf16, bf16>(p);
+  if (p.pool.dtype == DType::f32) verify_all<float>(p);
+  else verify_all<bf16>(p);
 }
 
 KDAGRAPH_CPU_ISA_END

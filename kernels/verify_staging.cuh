@@ -100,10 +100,15 @@ __device__ __forceinline__ int64_t conv_channel_of(const ConvRuns& runs, int lc)
 // Token u of a block's token list, as pointers to its (head's) vectors: the first r.replay tokens are
 // ring records (k and g; their u is read in the token loop) [TAG_RING_LAYOUT], the rest the layer's
 // inputs. q, v and beta are null for records; q, k and v are null for new tokens when the conv is fused
-// (kConv): the conv makes them.
+// (kConv): the conv makes them. g and beta are in the io dtype, or in fp32 when `gate_f32` (a new token's
+// with VerifyParams::gate_f32; a record keeps g in the io dtype).
 template <class IoT>
 struct TokenPtrs {
-  const IoT *q, *k, *g, *v, *beta;
+  const IoT *q, *k;
+  const void* g;
+  const IoT* v;
+  const void* beta;
+  bool gate_f32;
 };
 
 template <int K, bool kConv, class IoT>
@@ -114,14 +119,15 @@ __device__ __forceinline__ TokenPtrs<IoT> token_ptrs(const VerifyParams& p, cons
     const RingLayout ring{p.ring_records, p.heads, HV, K, V};
     const IoT* row = reinterpret_cast<const IoT*>(b.ring_kg);
     const int32_t record = b.record(p, u);
-    return {nullptr, row + ring.k_offset(record, b.hq), row + ring.g_offset(record, b.h), nullptr, nullptr};
+    return {nullptr, row + ring.k_offset(record, b.hq), row + ring.g_offset(record, b.h), nullptr, nullptr, false};
   }
   const int64_t t = u - b.r.replay, tok = int64_t(b.n) * p.tokens + t;
-  const IoT* g = static_cast<const IoT*>(p.g) + (tok * HV + b.h) * K;
-  const IoT* beta = static_cast<const IoT*>(p.beta) + tok * HV + b.h;
-  if (kConv) return {nullptr, nullptr, g, nullptr, beta};
+  const int64_t gate_bytes = p.gate_f32 ? int64_t(sizeof(float)) : int64_t(sizeof(IoT));
+  const void* g = static_cast<const char*>(p.g) + (tok * HV + b.h) * K * gate_bytes;
+  const void* beta = static_cast<const char*>(p.beta) + (tok * HV + b.h) * gate_bytes;
+  if (kConv) return {nullptr, nullptr, g, nullptr, beta, p.gate_f32};
   return {static_cast<const IoT*>(p.q) + q_offset(p, b.n, t, b.hq), static_cast<const IoT*>(p.k) + k_offset(p, b.n, t, b.hq),
-          g, static_cast<const IoT*>(p.v) + v_offset(p, b.n, t, b.h) + b.v0, beta};
+          g, static_cast<const IoT*>(p.v) + v_offset(p, b.n, t, b.h) + b.v0, beta, p.gate_f32};
 }
 
 // N consecutive io values from global memory, as fp32, in one vector load where they fill one (the
@@ -144,6 +150,25 @@ __device__ __forceinline__ void load_lane(const IoT* src, float (&x)[N]) {
   }
 #pragma unroll
   for (int e = 0; e < N; ++e) x[e] = math::to_f32(v[e]);
+}
+
+// A token's g (gate_f32: fp32) of N key channels, from global memory.
+template <int N, class IoT>
+__device__ __forceinline__ void load_gate_lane(const TokenPtrs<IoT>& src, int e0, float (&x)[N]) {
+  if constexpr (sizeof(IoT) < sizeof(float)) {
+    if (src.gate_f32) {
+      load_lane<N, float>(static_cast<const float*>(src.g) + e0, x);
+      return;
+    }
+  }
+  load_lane<N, IoT>(static_cast<const IoT*>(src.g) + e0, x);
+}
+
+// A new token's beta input (gate_f32: fp32), before beta_value.
+template <class IoT>
+__device__ __forceinline__ float beta_input(const TokenPtrs<IoT>& src) {
+  if (src.gate_f32) return *static_cast<const float*>(src.beta);
+  return math::to_f32(*static_cast<const IoT*>(src.beta));
 }
 
 // The same from shared memory (the fused conv's y).
@@ -269,7 +294,7 @@ __device__ __forceinline__ void stage_token_scalars(const VerifyParams& p, const
   if (tid < ch.count) {
     const int32_t u = ch.u0 + tid;
     const bool is_new = u >= b.r.replay, report = b.h == 0 && b.v0 == 0;
-    st.beta[tid] = is_new ? math::beta_value(p.options, math::to_f32(*token_ptrs<K, kConv, IoT>(p, b, u).beta)) : 0.0f;
+    st.beta[tid] = is_new ? math::beta_value(p.options, beta_input(token_ptrs<K, kConv, IoT>(p, b, u))) : 0.0f;
     st.write_row[tid] = is_new ? post_state_row(p, b.n, u - b.r.replay, report) : -1;
   }
 }
@@ -294,7 +319,8 @@ __device__ __forceinline__ void prefetch_line(const void* at) {
 
 // The lines a chunk's new tokens' preprocessing and scalars will read, asked of L1 (prefetch_line): q
 // and k (not with the conv, which makes them), g, and beta, 128 bytes a request, each row's last byte
-// too (a row need not start on a line), and the row's write rows (an index array, which the scalars
+// too (a row need not start on a line; an fp32 g beside 16-bit io is twice the row, its middle lines not
+// asked for), and the row's write rows (an index array, which the scalars
 // read after the seed's). verify_unit's inputs first issues them before the index reads, so those round
 // trips overlap.
 template <int K, int kThreads, bool kConv, class IoT>
@@ -315,7 +341,7 @@ __device__ __forceinline__ void prefetch_token_inputs(const VerifyParams& p, con
       continue;
     }
     const int row = j / kRowRequests, request = j % kRowRequests;
-    const char* at = reinterpret_cast<const char*>(row == kRows - 1 ? src.g : row == 0 ? src.q : src.k);
+    const char* at = static_cast<const char*>(row == kRows - 1 ? src.g : row == 0 ? src.q : src.k);
     prefetch_line(at + (request == kRowRequests - 1 ? kRowBytes - 1 : request * kLine));
   }
 }
@@ -360,7 +386,7 @@ __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const B
       load_lane<kPerLane, IoT>(src.k + e0, k);
       if (has_q) load_lane<kPerLane, IoT>(src.q + e0, q);
     }
-    load_lane<kPerLane, IoT>(src.g + e0, g);
+    load_gate_lane<kPerLane, IoT>(src, e0, g);
     if (ring_kg != nullptr && has_q) {
       const int32_t record = b.record(p, u);
       if (writes_k) store_lane<kPerLane, IoT>(ring_kg + ring.k_offset(record, b.hq) + e0, k);

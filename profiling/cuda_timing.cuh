@@ -30,7 +30,7 @@ namespace {
 __global__ void fill_hashed_kernel(void* out, DType dtype, int64_t elems, SyntheticField field, float lo, float hi,
                                    uint32_t salt) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < elems; i += int64_t(gridDim.x) * blockDim.x)
-    store_from_f32(out, dtype, i, synthetic_uniform(synthetic_bits(1, salt, 0, 0, 0, field, uint32_t(i)), lo, hi));
+    math::store_from_f32(out, dtype, i, synthetic_uniform(synthetic_bits(1, salt, 0, 0, 0, field, uint32_t(i)), lo, hi));
 }
 }  // namespace
 

@@ -133,7 +133,7 @@ struct RoundSpec {
 inline constexpr int32_t kMaxCudaTreeTokens = 16;
 
 // One layer's inputs for a batch of rows, in backend memory, row-major with the last dim contiguous, in
-// the io dtype. q, k, v, g and o are 16-byte aligned; q, k and v may be strided views (their strides
+// the io dtype (g and beta: see gate_f32). q, k, v, g and o are 16-byte aligned; q, k and v may be strided views (their strides
 // multiples of 16 bytes), the others are compact.
 struct LayerInputs {
   const void* q = nullptr;         // [rows, T, H, K]
@@ -150,6 +150,9 @@ struct LayerInputs {
   // shared by its value heads (FlashInfer's GQA form).
   int32_t gate_heads = 0;
   InputStrides q_strides, k_strides, v_strides;  // [rows, T, H, K], [rows, T, H, K], [rows, T, HV, V]
+  // g and beta in fp32 whatever the io dtype (vLLM's decode passes an fp32 g beside bf16 q, k and v);
+  // false: in the io dtype. Not with replay's ring at a 16-bit io dtype (its records keep g in that dtype).
+  bool gate_f32 = false;
 };
 
 // The batch of a round, in backend memory; the host writes it when the batch changes.

@@ -12,7 +12,9 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace kdagraph {
 
-enum class DType : int32_t { f32 = 0, bf16 = 1 };
+// Element types of inputs, outputs and state. f16 is IEEE binary16; as an io dtype only, for now (state
+// in fp32 or bf16).
+enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2 };
 inline constexpr size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
 const char* to_string(DType t);
 

@@ -27,11 +27,13 @@ struct CaseShape {
   int32_t rows = 2, tokens = 4, heads = 1, value_heads = 1, head_k = 64, head_v = 64;
   int32_t slots = 4, scratch_steps = 8;
   DType io = DType::f32, state = DType::f32;
+  bool gate_f32 = false;  // g and beta in fp32 beside a 16-bit io dtype (VerifyParams::gate_f32)
   VerifyOptions options;
   std::string str() const {
     return "N=" + std::to_string(rows) + " T=" + std::to_string(tokens) + " H=" + std::to_string(heads) +
            " HV=" + std::to_string(value_heads) + " K=" + std::to_string(head_k) +
-           " V=" + std::to_string(head_v) + " io=" + to_string(io) + " state=" + to_string(state) +
+           " V=" + std::to_string(head_v) + " io=" + to_string(io) + (gate_f32 ? " gates=f32" : "") +
+           " state=" + to_string(state) +
            " l2=" + std::to_string(options.l2norm_qk) + " scale=" + std::to_string(options.use_scale) +
            " gate=" + std::to_string(int(options.gate)) + " logit=" + std::to_string(options.beta_is_logit);
   }
@@ -90,19 +92,14 @@ struct Tensor {
     values = std::move(v);
     bytes.resize(values.size() * dtype_size(t));
     for (size_t i = 0; i < values.size(); ++i) {
-      if (t == DType::f32) {
-        std::memcpy(bytes.data() + 4 * i, &values[i], 4);
-      } else {
-        const math::bf16 b = math::f32_to_bf16(values[i]);
-        std::memcpy(bytes.data() + 2 * i, &b, 2);
-        values[i] = math::to_f32(b);
-      }
+      math::store_from_f32(bytes.data(), t, int64_t(i), values[i]);
+      values[i] = math::load_as_f32(bytes.data(), t, int64_t(i));
     }
   }
   float at(size_t i) const { return math::load_as_f32(bytes.data(), dtype, int64_t(i)); }
   size_t size() const { return values.size(); }
   void poison() {
-    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = 0xff;  // NaN in f32 and bf16
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = 0xff;  // NaN in f32, bf16 and f16
   }
   void sync_values() {
     for (size_t i = 0; i < values.size(); ++i) values[i] = at(i);
@@ -145,9 +142,10 @@ struct VerifyCase {
     q.assign(s.io, rand_vec(size_t(N) * T * H * K, -kq, kq));
     k.assign(s.io, rand_vec(size_t(N) * T * H * K, -kq, kq));
     v.assign(s.io, rand_vec(size_t(N) * T * HV * V, -1.0f, 1.0f));
-    if (s.options.gate == GateMode::precomputed) g.assign(s.io, rand_vec(size_t(N) * T * HV * K, -0.5f, 0.0f));
-    else g.assign(s.io, rand_vec(size_t(N) * T * HV * K, -3.0f, 3.0f));
-    beta.assign(s.io, s.options.beta_is_logit ? rand_vec(size_t(N) * T * HV, -3.0f, 3.0f)
+    const DType gates = s.gate_f32 ? DType::f32 : s.io;
+    if (s.options.gate == GateMode::precomputed) g.assign(gates, rand_vec(size_t(N) * T * HV * K, -0.5f, 0.0f));
+    else g.assign(gates, rand_vec(size_t(N) * T * HV * K, -3.0f, 3.0f));
+    beta.assign(gates, s.options.beta_is_logit ? rand_vec(size_t(N) * T * HV, -3.0f, 3.0f)
                                               : rand_vec(size_t(N) * T * HV, 0.05f, 0.95f));
     A_log = rand_vec(size_t(HV), -1.0f, 0.5f);
     dt_bias = rand_vec(size_t(HV) * K, -0.5f, 0.5f);
@@ -204,6 +202,7 @@ struct VerifyCase {
     p.head_k = sh.head_k;
     p.head_v = sh.head_v;
     p.io_dtype = sh.io;
+    p.gate_f32 = sh.gate_f32;
     p.options = sh.options;
     p.q = at.in(q.bytes);
     p.k = at.in(k.bytes);

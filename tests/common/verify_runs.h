@@ -14,7 +14,7 @@
 
 namespace kdagraph::test {
 
-// The kernels' tolerance against fp64 (relative): fp32 1e-5, anything in bf16 1e-2.
+// The kernels' tolerance against fp64 (relative): fp32 1e-5, anything in bf16 or f16 1e-2.
 inline double verify_tolerance(const CaseShape& s) {
   return s.io == DType::f32 && s.state == DType::f32 ? 1e-5 : 1e-2;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/validate.h"
 #include "kdagraph/ops.hpp"
 #include "tests/common/caller_storage.h"
 #include "tests/common/conv_rounds.h"
@@ -83,6 +84,7 @@ std::vector<BadCall> bad_calls(CallerStorage& c) {
       {"storage.pool.layer_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.layer_stride = s.pool.row_stride; }},
       {"storage.scratch.layer_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.layer_stride += 1; }},
       {"storage.pool.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.dtype = DType(7); }},
+      {"storage.pool.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.dtype = s.scratch.dtype = DType::f16; }},
       {"storage.scratch.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.rows = int64_t(s.slots) * s.scratch_steps - 1; }},
       {"storage.scratch.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.dtype = DType::bf16; }},
       {"storage.scratch_steps", [](RoundSpec& sp, SlotStorage& s, auto&, auto&) { s.scratch_steps = sp.tokens - 1; }},
@@ -200,6 +202,32 @@ std::vector<BadCall> bad_replay_calls(CallerStorage&) {
 TEST(Ops, BadReplayViewsAreRefusedNamingTheArgumentAndChangeNothing) {
   KDA_SKIP_WITHOUT_RUNNER();
   EXPECT_GT(expect_refused_and_unchanged(Mode::replay, bad_replay_calls), 40);
+}
+
+// g and beta in fp32 beside 16-bit io (vLLM's decode) in every mode but replay at a 16-bit io dtype,
+// whose ring keeps g in that dtype: refused there by name.
+TEST(Ops, Fp32GatesBesideSixteenBitIoAreRefusedOnlyWithTheRing) {
+  alignas(16) static float buffer[64];
+  LayerInputs in;
+  in.q = in.k = in.v = in.g = in.beta = buffer;
+  in.o = buffer;
+  in.gate_f32 = true;
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay})
+    for (DType io : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(to_string(mode)) + " io " + to_string(io));
+      RoundSpec spec = round_spec(ops_config(mode, DType::f32));
+      spec.io_dtype = io;
+      if (mode != Mode::replay || io == DType::f32) {
+        EXPECT_NO_THROW(detail::validate_layer_inputs("verify_layer", in, spec));
+        continue;
+      }
+      try {
+        detail::validate_layer_inputs("verify_layer", in, spec);
+        ADD_FAILURE() << "was accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_EQ(e.argument(), "gate_f32") << e.what();
+      }
+    }
 }
 
 // The ring cursors live in memory the caller owns and the device writes. A slot's cursor outside the

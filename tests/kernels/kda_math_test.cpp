@@ -1,4 +1,4 @@
-// SPEC §1 preprocessing against the direct formulas, and the bf16 storage rounding.
+// SPEC §1 preprocessing against the direct formulas, and the bf16 and f16 roundings.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,6 +81,50 @@ TEST(KdaMath, Bf16RoundsToNearestEven) {
   EXPECT_EQ(math::to_f32(math::f32_to_bf16(-2.5f)), -2.5f);
   EXPECT_TRUE(std::isnan(math::to_f32(math::f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_TRUE(std::isinf(math::to_f32(math::f32_to_bf16(std::numeric_limits<float>::infinity()))));
+}
+
+// A half's value from its fields, in double: (-1)^s 2^(e - 15) (1 + m / 1024), subnormals 2^-14 m / 1024.
+double half_value(uint16_t h) {
+  const int s = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const double magnitude = e == 0 ? std::ldexp(m / 1024.0, -14) : std::ldexp(1.0 + m / 1024.0, e - 15);
+  return s != 0 ? -magnitude : magnitude;
+}
+
+// x rounded to a half by another road: to a multiple of the half's step at x's binade (2^-24 below
+// 2^-14), ties to even by nearbyint in double; 65520 and up are infinite.
+double half_rounded(float x) {
+  const double a = std::fabs(double(x));
+  if (a >= 65520.0) return std::copysign(std::numeric_limits<double>::infinity(), double(x));
+  const int binade = a < 0x1p-14 ? -14 : std::ilogb(a);
+  const double step = std::ldexp(1.0, binade - 10);
+  return std::copysign(std::nearbyint(a / step) * step, double(x));
+}
+
+TEST(KdaMath, F16RoundsToNearestEvenWithSubnormals) {
+  // Every half back and forth: its value, and the same bits again (NaNs become the canonical 0x7fff).
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = math::to_f32(math::f16{uint16_t(h)});
+    const bool nan = (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0;
+    if (nan) {
+      ASSERT_TRUE(std::isnan(f)) << std::hex << h;
+      ASSERT_EQ(math::f32_to_f16(f).bits, 0x7fffu) << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(double(f), (h & 0x7c00u) == 0x7c00u ? std::copysign(std::numeric_limits<double>::infinity(), half_value(uint16_t(h)))
+                                                  : half_value(uint16_t(h))) << std::hex << h;
+    ASSERT_EQ(math::f32_to_f16(f).bits, h) << std::hex << h;
+  }
+  // Fresh random floats over the half's whole range and past it, ties included.
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> binade(-27, 17);
+  std::uniform_int_distribution<uint32_t> bits(0, 0x7fffffu);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t mantissa = bits(rng);
+    if (i % 4 == 0) mantissa = (mantissa & ~0x1fffu) | 0x1000u;  // exactly halfway at a normal half's step
+    const float x = std::ldexp(1.0f + float(mantissa) * 0x1p-23f, binade(rng)) * (i % 2 != 0 ? -1.0f : 1.0f);
+    ASSERT_EQ(double(math::to_f32(math::f32_to_f16(x))), half_rounded(x)) << x;
+  }
+  EXPECT_EQ(math::f32_to_f16(-0.0f).bits, 0x8000u);
 }
 
 }  // namespace

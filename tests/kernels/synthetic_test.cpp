@@ -134,7 +134,7 @@ TEST(Synthetic, JoiningStateIsTheHashsValues) {
     }
     std::vector<uint8_t> want(got.size());
     for (int64_t i = 0; i < p.layers * p.slot_elems; ++i)
-      store_from_f32(want.data(), dtype, i,
+      math::store_from_f32(want.data(), dtype, i,
                      synthetic_state(p.seed, p.request, uint32_t(i / p.slot_elems), uint32_t(i % p.slot_elems)));
     EXPECT_EQ(first_difference(got, want), -1);
   }

@@ -80,16 +80,18 @@ INSTANTIATE_TEST_SUITE_P(AllOptions, VerifySweep, ::testing::ValuesIn(sweep_case
 
 bool thread_lanes() { return runner().matrix == Matrix::thread_lanes; }
 
-// bf16 inputs and outputs, bf16 state storage, and both together, at both head dims.
-TEST(Verify, Bf16WithinTolerance) {
+// 16-bit inputs and outputs (bf16, f16; with vLLM's fp32 g and beta beside them), bf16 state storage,
+// and both together, at both head dims.
+TEST(Verify, SixteenBitWithinTolerance) {
   KDA_SKIP_WITHOUT_RUNNER();
   for (int K : {64, 128})
-    for (DType io : {DType::f32, DType::bf16})
+    for (DType io : {DType::f32, DType::bf16, DType::f16})
       for (DType state : {DType::f32, DType::bf16}) {
         if (io == DType::f32 && state == DType::f32) continue;
-        if (thread_lanes() && !(K == 64 && io == DType::bf16 && state == DType::bf16)) continue;
+        if (thread_lanes() && !(K == 64 && io != DType::f32 && state == DType::bf16)) continue;
         CaseShape s;
         s.io = io;
+        s.gate_f32 = io != DType::f32 && state == DType::f32;
         s.state = state;
         s.head_k = s.head_v = K;
         s.value_heads = 4;
@@ -292,10 +294,10 @@ TEST(Verify, OutputsOfAnyAlignmentAreTheSameBytes) {
 // (SGLang splits its qkv), read in place; gate parameters per query/key head (FlashInfer's GQA form,
 // A_log [H], dt_bias [H K]) against per value head copies; absent ones against zeros; and
 // allow_neg_eigval's beta = 2 sigmoid(x) against that beta given as a value (fp32 io, where both are
-// the same floats).
+// the same floats); at 16-bit io, g and beta in fp32 (gate_f32) against the same values in the io dtype.
 TEST(Verify, EnginesCallFormsGiveTheCompactResults) {
   KDA_SKIP_WITHOUT_RUNNER();
-  for (DType io : {DType::f32, DType::bf16}) {
+  for (DType io : {DType::f32, DType::bf16, DType::f16}) {
     CaseShape s;
     s.rows = 3;
     s.tokens = 3;
@@ -371,7 +373,18 @@ TEST(Verify, EnginesCallFormsGiveTheCompactResults) {
     absent.sync();
     EXPECT_EQ(first_difference(absent.o.bytes, zeros.o.bytes), -1) << "absent gate parameters: outputs";
 
-    if (io != DType::f32) continue;
+    if (io != DType::f32) {
+      // g and beta in fp32 beside 16-bit q, k, v (vLLM's decode), holding the io dtype's values: the same bits.
+      VerifyCase gates(s, seed, slots, accepts), plain(s, seed, slots, accepts);
+      gates.sh.gate_f32 = true;
+      gates.g.assign(DType::f32, gates.g.values);
+      gates.beta.assign(DType::f32, gates.beta.values);
+      run_verify(gates);
+      run_verify(plain);
+      EXPECT_EQ(first_difference(gates.o.bytes, plain.o.bytes), -1) << "fp32 gates: outputs at this byte";
+      EXPECT_EQ(first_difference(gates.scratch.bytes, plain.scratch.bytes), -1) << "fp32 gates: scratch";
+      continue;
+    }
     // allow_neg_eigval: beta = 2 sigmoid(x) in the kernel, or given as that value.
     VerifyCase logits(s, seed, slots, accepts), values(s, seed, slots, accepts);
     logits.sh.options.beta_neg_eigval = true;
