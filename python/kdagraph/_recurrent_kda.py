@@ -49,7 +49,8 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     flash-linear-attention's plain and varlen forms through it.
 
     q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g ``[B, T, HV, K]`` (log decay, or the raw gate input with
-    ``use_gate_in_kernel``, then ``A_log [HV]`` and ``dt_bias [HV * K]`` fp32), beta ``[B, T, HV]``; or the
+    ``use_gate_in_kernel``, then ``A_log [HV]`` and ``dt_bias [HV * K]`` fp32), beta ``[B, T, HV]`` (q, k, v
+    and the output float32, bfloat16 or float16; g and beta in that dtype, or both float32); or the
     packed ``[1, total, ...]`` form with ``cu_seqlens [B + 1]`` (below). The state ``initial_state [N, HV,
     V, K]`` (fp32 or bf16, V-major; FLA's ``[N, HV, K, V]`` with ``state_v_first=False``, below) is updated
     in place; its slot stride (dimension 0) may be any multiple of 16 bytes that holds a state (SGLang's

@@ -59,9 +59,10 @@ Elem elem_of(const nb::dlpack::dtype& t, bool numpy_bf16, const std::string& nam
     if (numpy_bf16 && t.code == uint8_t(code::UInt) && t.bits == 16) return Elem::bf16;
     if (t.code == uint8_t(code::Float) && t.bits == 32) return Elem::f32;
     if (t.code == uint8_t(code::Bfloat) && t.bits == 16) return Elem::bf16;
+    if (t.code == uint8_t(code::Float) && t.bits == 16) return Elem::f16;
     if (t.code == uint8_t(code::Int) && t.bits == 32) return Elem::i32;
   }
-  refuse(name, "has dtype " + dtype_name(t) + ": kdagraph takes float32, bfloat16 and int32 arrays");
+  refuse(name, "has dtype " + dtype_name(t) + ": kdagraph takes float32, bfloat16, float16 and int32 arrays");
 }
 
 // A torch tensor that requires grad exports no DLPack capsule; its .detach() is the same memory.
@@ -103,7 +104,7 @@ Array take_strided(nb::handle obj, const char* name, int64_t row_align_bytes) {
   if (!rows && !view && !a.shape.empty()) a.row_stride = expect / std::max<int64_t>(a.shape[0], 1);
   if (view && !a.shape.empty()) a.row_stride = a.strides[0];
   if (rows) {  // compact rows too must fall on the alignment; a single row's stride is its size
-    const int64_t stride = a.shape[0] > 1 ? int64_t(nd.stride(0)) : expect, es = a.elem == Elem::bf16 ? 2 : 4;
+    const int64_t stride = a.shape[0] > 1 ? int64_t(nd.stride(0)) : expect, es = a.elem == Elem::bf16 || a.elem == Elem::f16 ? 2 : 4;
     if (stride < expect || stride * es % row_align_bytes != 0)
       refuse(name, "has a row stride of " + std::to_string(stride) + " elements (" + std::to_string(stride * es) +
                        " bytes) in dimension 0 (shape " + a.shape_string() + "): a row stride holds one row of " +
@@ -129,6 +130,7 @@ const char* to_string(Elem e) {
   switch (e) {
     case Elem::f32: return "float32";
     case Elem::bf16: return "bfloat16";
+    case Elem::f16: return "float16";
     case Elem::i32: return "int32";
   }
   return "?";

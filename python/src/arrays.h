@@ -17,12 +17,13 @@ namespace kdagraph::python {
 
 namespace nb = nanobind;
 
-// Element types the library takes: fp32 and bf16 for states and inputs, int32 for indices and lengths.
-enum class Elem { f32, bf16, i32 };
+// Element types the library takes: fp32 and bf16 for states and inputs, fp16 for inputs, int32 for
+// indices and lengths.
+enum class Elem { f32, bf16, f16, i32 };
 const char* to_string(Elem e);
-inline DType dtype_of(Elem e) { return e == Elem::bf16 ? DType::bf16 : DType::f32; }
-// The element of an io or state dtype (f32 or bf16).
-inline Elem elem_of(DType d) { return d == DType::f32 ? Elem::f32 : Elem::bf16; }
+inline DType dtype_of(Elem e) { return e == Elem::bf16 ? DType::bf16 : e == Elem::f16 ? DType::f16 : DType::f32; }
+// The element of an io or state dtype.
+inline Elem elem_of(DType d) { return d == DType::f32 ? Elem::f32 : d == DType::f16 ? Elem::f16 : Elem::bf16; }
 
 // A view of a caller's array on one backend: C-contiguous, or (take_rows) a pool of compact rows with
 // a free row stride. It keeps the producer alive while it lives.
@@ -47,7 +48,7 @@ struct Array {
 };
 
 // Takes `obj` as argument `name`: refuses anything that is not an array, not C-contiguous (a copy would
-// break in-place updates), not fp32/bf16/int32, or in memory neither backend reads. A torch tensor that
+// break in-place updates), not fp32/bf16/fp16/int32, or in memory neither backend reads. A torch tensor that
 // requires grad is taken through .detach() (the same memory): kdagraph records no autograd graph.
 Array take(nb::handle obj, const char* name);
 // A pool of rows (SGLang's per-slot envelopes, SPEC §10): dimensions 1.. compact, dimension 0 (the

@@ -13,7 +13,7 @@
 
 namespace kdagraph::python {
 
-// "float32" / "f32", "bfloat16" / "bf16".
+// "float32" / "f32", "bfloat16" / "bf16", "float16" / "f16" / "half".
 DType dtype_from(const std::string& name, const char* argument);
 // A Mode, or its command-line name: "two-phase", "fused-accept", "replay".
 Mode mode_from(nb::handle mode);

@@ -104,6 +104,7 @@ struct PyVerifier {
   // elements (empty: C-contiguous).
   nb::object view(nb::handle self, void* data, std::vector<size_t> shape, Elem elem, std::vector<int64_t> strides = {}) const {
     nb::dlpack::dtype t = elem == Elem::i32 ? nb::dtype<int32_t>() : elem == Elem::f32 ? nb::dtype<float>() : nb::dtype<uint16_t>();
+    if (elem == Elem::f16) t = nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
     const int device = cfg().backend == Backend::cuda ? nb::device::cuda::value : nb::device::cpu::value;
     const int64_t* st = strides.empty() ? nullptr : strides.data();
     if (cfg().backend == Backend::cpu)
@@ -131,11 +132,12 @@ LayerArrays layer_arrays(const VerifierConfig& c, nb::handle layer, size_t l) {
                 V = c.model.head_v;
   LayerArrays out;
   auto key_name = [&](const char* key) { return at + "['" + key + "']"; };
-  auto get = [&](const char* key, std::initializer_list<int64_t> shape, Elem elem) -> void* {
+  auto get = [&](const char* key, std::initializer_list<int64_t> shape, Elem elem, bool or_f32 = false) -> void* {
     const std::string name = key_name(key);
     if (!d.contains(key)) throw InvalidArgument(name, name + " is missing");
     Array a = take(d[key], name.c_str());
-    require_elem(a, {elem});
+    if (or_f32) require_elem(a, {elem, Elem::f32});
+    else require_elem(a, {elem});
     require_shape(a, shape);
     if (a.backend != c.backend)
       throw InvalidArgument(name, name + " is on " + to_string(a.backend) + " but the verifier is on " + to_string(c.backend));
@@ -145,8 +147,14 @@ LayerArrays layer_arrays(const VerifierConfig& c, nb::handle layer, size_t l) {
   out.inputs.q = get("q", {N, T, H, K}, io);
   out.inputs.k = get("k", {N, T, H, K}, io);
   out.inputs.v = get("v", {N, T, HV, V}, io);
-  out.inputs.g = get("g", {N, T, HV, K}, io);
-  out.inputs.beta = get("beta", {N, T, HV}, io);
+  out.inputs.g = get("g", {N, T, HV, K}, io, true);
+  out.inputs.beta = get("beta", {N, T, HV}, io, true);
+  // g and beta in q's dtype, or both float32 beside 16-bit io (vLLM's decode).
+  const Elem g_elem = out.arrays.end()[-2].elem, beta_elem = out.arrays.back().elem;
+  if (g_elem != beta_elem)
+    throw InvalidArgument(key_name("beta"), key_name("beta") + " has dtype " + to_string(beta_elem) + " but g has " +
+                                                to_string(g_elem) + ": g and beta share the io dtype, or are both float32");
+  out.inputs.gate_f32 = io != Elem::f32 && g_elem == Elem::f32;
   out.inputs.o = get("o", {N, T, HV, V}, io);
   if (c.options.gate != GateMode::precomputed) {
     for (const char* key : {"A_log", "dt_bias"})

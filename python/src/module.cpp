@@ -21,7 +21,8 @@ namespace kdagraph::python {
 DType dtype_from(const std::string& name, const char* argument) {
   if (name == "float32" || name == "f32") return DType::f32;
   if (name == "bfloat16" || name == "bf16") return DType::bf16;
-  throw InvalidArgument(argument, std::string(argument) + " = '" + name + "' is not 'float32' or 'bfloat16'");
+  if (name == "float16" || name == "f16" || name == "half") return DType::f16;
+  throw InvalidArgument(argument, std::string(argument) + " = '" + name + "' is not 'float32', 'bfloat16' or 'float16'");
 }
 
 Mode mode_from(nb::handle mode) {

@@ -38,6 +38,18 @@ void require_io(const Array& a, const Array& q) {
                                       ": every input and the output share one dtype");
 }
 
+// g and beta: q's dtype, or both float32 beside a 16-bit q (vLLM's decode); true for the latter.
+bool take_gate_dtype(const Array& g, const Array& beta, const Array& q) {
+  require_same_place(g, q);
+  require_same_place(beta, q);
+  const bool f32 = q.elem != Elem::f32 && g.elem == Elem::f32 && beta.elem == Elem::f32;
+  for (const Array* a : {&g, &beta})
+    if (a->elem != q.elem && !f32)
+      throw InvalidArgument(a->name, a->name + " has dtype " + to_string(a->elem) + " but q has " + to_string(q.elem) +
+                                         ": g and beta share q's dtype, or are both float32");
+  return f32;
+}
+
 // A one-layer view of a [rows, HV, V, K] state array whose slot stride may exceed a state (take_rows).
 StateView one_layer(const Array& a) {
   return state_view(a.data, dtype_of(a.elem), 1, a.dim(0) * a.row_stride, a.dim(0), a.row_stride);
@@ -72,7 +84,7 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   // q, k and v may be views (SGLang splits one qkv projection): the verify reads them through their
   // strides; everything else is compact.
   const Array q = take_view(q_, name_of(names, "q").c_str());
-  require_elem(q, {Elem::f32, Elem::bf16});
+  require_elem(q, {Elem::f32, Elem::bf16, Elem::f16});
   require_shape(q, {-1, -1, -1, -1});
   const int64_t B = q.dim(0), T = q.dim(1), H = q.dim(2), K = q.dim(3);
   const Array v = take_view(v_, name_of(names, "v").c_str());
@@ -86,7 +98,8 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   require_shape(g, {B, T, HV, K});
   require_shape(beta, {B, T, HV});
   require_shape(o, {B, T, HV, V});
-  for (const Array* a : {&k, &v, &g, &beta, &o}) require_io(*a, q);
+  for (const Array* a : {&k, &v, &o}) require_io(*a, q);
+  const bool gate_f32 = take_gate_dtype(g, beta, q);
 
   const Array states = take_rows(states_, name_of(names, "states").c_str(), kStateRowAlignBytes);
   require_elem(states, {Elem::f32, Elem::bf16});
@@ -135,6 +148,7 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   idx.write_states = write_states;
   idx.parent = parent.as<const int32_t>();
   LayerInputs in = layer_inputs(q, k, v, g, beta, o, gates);
+  in.gate_f32 = gate_f32;
   auto strides = [](const Array& a) {  // an extent of 1 takes any stride: the compact one (0)
     int64_t st[3];
     for (size_t i = 0; i < 3; ++i) {
@@ -189,7 +203,7 @@ void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle
                 nb::handle accepted_, nb::handle activation, nb::handle y_, nb::handle parent_,
                 nb::handle accept_index_, nb::handle stream) {
   const Array x = take(x_, "x");
-  require_elem(x, {Elem::f32, Elem::bf16});
+  require_elem(x, {Elem::f32, Elem::bf16, Elem::f16});
   require_shape(x, {-1, -1, -1});
   const int64_t B = x.dim(0), T = x.dim(1), C = x.dim(2);
   if (B < 1 || T < 1 || C < 1) throw InvalidArgument("x", "x has shape " + x.shape_string() + "; expected [B, T, C], each at least 1");
@@ -299,7 +313,7 @@ struct LayerStates {
 int64_t row_stride_of(const Array& a, const RoundSpec& spec, const RowForm& form, bool per_layer) {
   const ModelShape& m = spec.model;
   if (form.state) {
-    require_elem(a, {Elem::f32, Elem::bf16});
+    require_elem(a, {Elem::f32, Elem::bf16});  // the state's dtypes
     if (per_layer) require_shape(a, {-1, m.value_heads, m.head_v, m.head_k});
     else require_shape(a, {m.layers, -1, m.value_heads, m.head_v, m.head_k});
     return form.row_elems;
@@ -749,14 +763,22 @@ void bind_ops(nb::module_& m) {
         };
         const Array q = input(q_, "q", {-1, T, md.heads, md.head_k}), k = input(k_, "k", {q.dim(0), T, md.heads, md.head_k});
         const Array v = input(v_, "v", {q.dim(0), T, md.value_heads, md.head_v});
-        const Array g = input(g_, "g", {q.dim(0), T, md.value_heads, md.head_k});
-        const Array beta = input(beta_, "beta", {q.dim(0), T, md.value_heads});
+        auto gate_input = [&](nb::handle obj, const char* name, std::initializer_list<int64_t> shape) {
+          Array a = take(obj, name);
+          require_elem(a, {io_elem(spec.spec), Elem::f32});
+          require_shape(a, shape);
+          require_same_place(a, st.pool.arrays[0]);
+          return a;
+        };
+        const Array g = gate_input(g_, "g", {q.dim(0), T, md.value_heads, md.head_k});
+        const Array beta = gate_input(beta_, "beta", {q.dim(0), T, md.value_heads});
         const Array o = input(o_, "o", {q.dim(0), T, md.value_heads, md.head_v});
         if (q.dim(0) < rows) throw InvalidArgument("q", "q holds " + std::to_string(q.dim(0)) + " rows; the round has " + std::to_string(rows));
         GateArrays gates;
         if (spec.spec.options.gate != GateMode::precomputed)
           gates = take_gate(A_log_, dt_bias_, "A_log", "dt_bias", md.value_heads, md.head_k, q, md.heads);
-        const LayerInputs in = layer_inputs(q, k, v, g, beta, o, gates);
+        LayerInputs in = layer_inputs(q, k, v, g, beta, o, gates);
+        in.gate_f32 = take_gate_dtype(g, beta, q);
         const Stream s = resolve_stream(st.backend, stream, q_);
         nb::gil_scoped_release release;
         ops::verify_layer(s, spec.spec, st.storage, idx.idx, rows, layer, in);

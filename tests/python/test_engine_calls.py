@@ -90,7 +90,8 @@ def spoiled(c, **change):
 
 
 DTYPES = [  # (argument, the array as spoiled, the dtype's name)
-    ("q", lambda c: torch.from_numpy(c.q).to(torch.float16), "float16"),
+    ("q", lambda c: torch.from_numpy(c.q).to(torch.float64), "float64"),
+    ("k", lambda c: torch.from_numpy(c.k).to(torch.float16), "float16"),  # q's is float32
     ("k", lambda c: c.k.astype(np.float64), "float64"),
     ("v", lambda c: c.v.astype(np.int8), "int8"),
     ("initial_state", lambda c: c.pool.astype(np.float16), "float16"),
@@ -113,9 +114,9 @@ def test_a_refused_dtype_is_named_by_name(rng, argument, bad, name):
 
 
 def test_the_other_drop_ins_name_dtypes_too(rng):
-    x = torch.zeros(2, 3, 8, dtype=torch.float16)
-    with pytest.raises(kdagraph.InvalidArgument, match="x has dtype float16") as e:
-        kdagraph.short_conv(x, torch.zeros(4, 5, 8, dtype=torch.float16), torch.zeros(8, 4),
+    x = torch.zeros(2, 3, 8, dtype=torch.float64)
+    with pytest.raises(kdagraph.InvalidArgument, match="x has dtype float64") as e:
+        kdagraph.short_conv(x, torch.zeros(4, 5, 8, dtype=torch.float64), torch.zeros(8, 4),
                             state_indices=torch.arange(2, dtype=torch.int32), num_accepted_tokens=torch.ones(2, dtype=torch.int32))
     assert e.value.argument == "x"
     with pytest.raises(kdagraph.InvalidArgument, match="slots has dtype int16") as e:

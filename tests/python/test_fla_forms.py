@@ -5,6 +5,7 @@ torch CPU tensors as FLA passes them (cu_seqlens int64):
   (in place, returned) with output_final_state=True and nothing written without it;
 - cu_seqlens of different lengths (FLA's varlen form): each sequence as if called alone, bitwise, on views
   of the caller's arrays; with FLA's rows (sequence b from row b) and with spec-decode indices;
+- fp16 and bf16 q, k, v, with g and beta in that dtype or in fp32 beside it (vLLM's decode), fp32 state;
 - FLA's default state layout [N, HV, K, V] (state_v_first=False, or transpose_state_layout=False) in those
   forms, numpy and torch: bitwise the call on the V-major state, K != V and K = V; refused for a pool.
 
@@ -91,6 +92,44 @@ def test_the_plain_form_writes_only_the_final_state_back(B, T, H, D, scale, norm
     assert final.shape == h0.shape and final.dtype == torch.float32
     close("o from zeros", o3, want_o)
     close("final state from zeros", final, want_final)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_sixteen_bit_io_with_its_own_or_fp32_gates(dtype):
+    """FLA's test_fused_recurrent runs fp16 and bf16 inputs; vLLM's decode passes g and beta in fp32 beside
+    them. Against fp64 of the rounded inputs within FLA's bar; fp32 gates holding the 16-bit gates' values
+    give the same bits as those gates, and fp32 gates of full precision still stay within the bar."""
+    gen = torch.Generator().manual_seed(int(np.random.default_rng().integers(1 << 31)))
+    B, T, H, D, G = 2, 9, 2, 32, 2
+    q, k, v, g, beta, h0 = fla_inputs(gen, B, T, H, D, 1, True, G)
+    low = [x.to(dtype) for x in (q, k, v, g, beta)]
+
+    def run(q_, k_, v_, g_, beta_):
+        state = h0.clone()
+        o, final = kdagraph.recurrent_kda(q_, k_, v_, g_, beta_, initial_state=state, output_final_state=True,
+                                          scale=0.1, use_qk_l2norm_in_kernel=True)
+        assert o.dtype == dtype and final.dtype == torch.float32
+        return o, final
+
+    o, final = run(*low)
+    want_o, want_final = reference(*(x.float() for x in low), h0, scale=0.1)
+    assert fla_err_ratio(want_o, o.float().numpy()) < FLA_RATIO and fla_err_ratio(want_final, final.numpy()) < FLA_RATIO
+
+    def same(a, b):
+        return a.dtype == b.dtype and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+    o32, final32 = run(*low[:3], low[3].float(), low[4].float())
+    assert same(o32, o) and same(final32, final), "fp32 gates of the same values: the same bits"
+
+    o_full, final_full = run(*low[:3], g, beta)
+    want_o, want_final = reference(*(x.float() for x in low[:3]), g, beta, h0, scale=0.1)
+    assert fla_err_ratio(want_o, o_full.float().numpy()) < FLA_RATIO
+    assert fla_err_ratio(want_final, final_full.numpy()) < FLA_RATIO
+    assert not same(final_full, final), "full-precision gates change the state"
+
+    with pytest.raises(kdagraph.InvalidArgument) as e:  # g in fp32, beta not: refused by name
+        kdagraph.recurrent_kda(*low[:3], g, low[4], initial_state=h0.clone(), output_final_state=True)
+    assert e.value.argument in ("g", "beta") and "float32" in str(e.value)
 
 
 def varlen_inputs(gen, lengths, H=2, G=2, D=32, rows=None):
