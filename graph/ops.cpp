@@ -80,6 +80,10 @@ bool needs_round_parity(const RoundSpec& spec) {
   return spec.conv.width > 0 && policy.conv_offset_window;
 }
 
+bool needs_rounding_state(const RoundSpec& spec, DType state_dtype) {
+  return spec.rounding == Rounding::stochastic && state_dtype != DType::f32;
+}
+
 int64_t conv_scratch_row_elems(const RoundSpec& spec) {
   return spec.conv.width == 0 ? 0 : int64_t(spec.conv.width - 1) * spec.conv.channels;
 }
@@ -297,6 +301,7 @@ void enqueue_accept(const Stream& s, const RoundSpec& spec, const SlotStorage& s
     p.round_parity = storage.round_parity;
   }
   if (needs_accept_path(spec)) p.slot_path = storage.accept_path;
+  if (needs_rounding_state(spec, storage.pool.dtype)) p.rounding_counter = storage.rounding_counter;
   if (mode_policy(spec.mode).ring) {
     p.row_pending = idx.ring_pending;
     p.row_start = idx.ring_start;

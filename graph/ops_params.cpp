@@ -47,6 +47,11 @@ VerifyParams layer_params(const RoundSpec& spec, const SlotStorage& st, int32_t 
   }
   p.errors = st.errors;
   p.bytes_moved = reinterpret_cast<unsigned long long*>(st.bytes_moved);
+  if (needs_rounding_state(spec, st.pool.dtype)) {
+    p.rounding = Rounding::stochastic;
+    p.rounding_seed = st.rounding_seed;
+    p.rounding_counter = st.rounding_counter;
+  }
   return p;
 }
 
@@ -139,6 +144,7 @@ IndexBuildParams index_params(const RoundSpec& spec, const SlotStorage& storage,
 VerifyParams round_verify_params(const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                                  int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch) {
   VerifyParams p = layer_params(spec, storage, rows, layer, in);
+  p.row_slot = idx.row_slot;
   p.seed_pool = idx.seed_pool;
   p.seed_scratch = idx.seed_scratch;
   p.write_row = idx.write_row;

@@ -28,9 +28,16 @@ bool is_mode(Mode m) {
   return false;
 }
 
-// io dtypes: f32, bf16 and f16; state dtypes (pool, scratch, the checkpoint): f32 and bf16.
 bool is_dtype(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
-bool is_state_dtype(DType t) { return t == DType::f32 || t == DType::bf16; }
+bool is_rounding(Rounding r) { return r == Rounding::nearest || r == Rounding::stochastic; }
+
+// SPEC §13 on CUDA: stochastic rounding into a 16-bit state is built for 16-bit io (verify_stochastic.cu).
+void require_cuda_rounding(const char* where, const RoundSpec& spec, DType state, Backend backend) {
+  if (backend != Backend::cuda || !needs_rounding_state(spec, state)) return;
+  require(spec.io_dtype != DType::f32, where, "pool.rounding",
+          "= stochastic with io_dtype = f32: on CUDA stochastic rounding is built for bf16 and f16 io (the CPU "
+          "backend has every pair)");
+}
 
 }  // namespace
 
@@ -38,13 +45,12 @@ void validate(const VerifierConfig& c) {
   const char* where = "VerifierConfig";
   require(c.backend == Backend::cpu || c.backend == Backend::cuda, where, "backend", "is not cpu or cuda");
   detail::validate_spec(where, round_spec(c), c.backend);
+  require_cuda_rounding(where, round_spec(c), c.pool.state_dtype, c.backend);
   require_in_range(where, "pool.slots", c.pool.slots, 1, int64_t(1) << 20);
   require_in_range(where, "pool.scratch_steps", c.pool.scratch_steps, 1, 64);
   require_in_range(where, "tokens", c.tokens, 1, c.pool.scratch_steps);
   require_in_range(where, "max_rows", c.max_rows, 1, c.pool.slots);
-  require(is_state_dtype(c.pool.state_dtype), where, "pool.state_dtype", [&] {
-    return std::string("= ") + to_string(c.pool.state_dtype) + ": the state is stored in f32 or bf16";
-  });
+  require(is_dtype(c.pool.state_dtype), where, "pool.state_dtype", "is not f32, bf16 or f16");
 }
 
 namespace detail {
@@ -91,6 +97,8 @@ void validate_spec(const char* where, const RoundSpec& spec, Backend backend) {
   require_in_range(where, "model.head_v", m.head_v, 1, 1024);
   require_in_range(where, "tokens", spec.tokens, 1, 1024);
   require(is_dtype(spec.io_dtype), where, "io_dtype", "is not f32, bf16 or f16");
+  require(is_rounding(spec.rounding), where, "rounding",
+          [&] { return "= " + std::to_string(int(spec.rounding)) + " is not nearest or stochastic"; });
   require(is_mode(spec.mode), where, "mode", [&] { return "= " + std::to_string(int(spec.mode)) + " is not a Mode"; });
   validate_conv_shape(where, spec.conv, m);
   if (mode_policy(spec.mode).ring) validate_ring(where, "ring", spec.ring, spec.tokens);
@@ -206,9 +214,6 @@ void validate_state_view(const char* where, const char* name, const StateView& v
                          int64_t min_rows, Backend backend) {
   const int64_t state_elems = int64_t(spec.model.value_heads) * spec.model.head_v * spec.model.head_k;
   validate_view(where, name, view, spec, min_rows, state_elems, backend);
-  if (!is_state_dtype(view.dtype))  // the argument's name is built only for the error: a round allocates nothing
-    throw_invalid(where, (std::string(name) + ".dtype").c_str(),
-                  std::string("= ") + to_string(view.dtype) + ": the state is stored in f32 or bf16");
 }
 
 void validate_storage(const char* where, const RoundSpec& spec, const SlotStorage& st, Backend backend) {
@@ -239,7 +244,12 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
     });
   }
   validate_conv_storage(where, spec, st, backend);
+  require_cuda_rounding(where, spec, st.pool.dtype, backend);
   require_buffer(where, "storage.accept_len", st.accept_len, alignof(int32_t));
+  if (needs_rounding_state(spec, st.pool.dtype)) {
+    require_buffer(where, "storage.rounding_seed", st.rounding_seed, alignof(uint64_t));
+    require_buffer(where, "storage.rounding_counter", st.rounding_counter, alignof(uint32_t));
+  }
   if (st.errors != nullptr) require_buffer(where, "storage.errors", st.errors, alignof(DeviceErrorWord));
 }
 

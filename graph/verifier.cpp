@@ -33,6 +33,7 @@ RoundSpec round_spec(const VerifierConfig& c) {
   spec.tokens = c.tokens;
   spec.io_dtype = c.io_dtype;
   spec.options = c.options;
+  spec.rounding = c.pool.rounding;
   spec.mode = c.mode;
   spec.ring = resolved_ring(c.ring, c.tokens);
   spec.conv = c.conv;
@@ -53,6 +54,8 @@ struct Verifier::Impl {
   Buffer ring_kg, ring_u;            // replay mode: the records' k and g, and their u
   Buffer ring_cursor;                // replay mode: ring_pending [P], then ring_start [P]
   Buffer round_parity;               // where needs_round_parity(spec): a conv's halves
+  Buffer rounding;                   // where needs_rounding_state: seeds [P] (u64), then counters [P] (u32)
+  std::vector<uint64_t> prefills;    // with it: prefills per slot, the place in the slot's seed sequence
   Buffer conv_state, conv_scratch;   // with a conv; the scratch in two-phase only
   int64_t conv_state_stride = 0;     // elements per conv state row
   std::vector<GateParams> gates;     // each layer's, as its last verify named them (replay materialize)
@@ -112,6 +115,7 @@ struct Verifier::Impl {
       round_parity.fill(0);
     }
     if (c.conv.width > 0) allocate_conv();
+    if (needs_rounding_state(spec, st)) allocate_rounding();
     gates.resize(size_t(c.model.layers));
     replays_gates = policy.ring && c.options.gate != GateMode::precomputed;
     may_pend.assign(size_t(c.pool.slots), 0);
@@ -149,8 +153,29 @@ struct Verifier::Impl {
     storage.accept_len = accept_len.as<int32_t>();
     storage.round_parity = round_parity.as<int32_t>();
     storage.accept_path = accept_path.as<int32_t>();
+    if (rounding.data() != nullptr) {
+      storage.rounding_seed = rounding.as<uint64_t>();
+      storage.rounding_counter = reinterpret_cast<uint32_t*>(storage.rounding_seed + c.pool.slots);
+    }
     storage.errors = static_cast<DeviceErrorWord*>(errors.device());
     if (c.count_bytes) storage.bytes_moved = static_cast<uint64_t*>(traffic.device());
+  }
+
+  // Seed `generation` of slot `slot`'s sequence (VerifierConfig::rounding_seed): splitmix64 of the three.
+  uint64_t slot_seed(int32_t slot, uint64_t generation) const {
+    uint64_t z = cfg.rounding_seed + 0x9e3779b97f4a7c15ull * (uint64_t(slot) + 1) + 0xbf58476d1ce4e5b9ull * generation;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+
+  // The slots' first seeds and zero counters (SPEC §13).
+  void allocate_rounding() {
+    const size_t P = size_t(cfg.pool.slots);
+    std::vector<uint64_t> words(P + (P + 1) / 2, 0);  // seeds, then the u32 counters two a word
+    for (size_t s = 0; s < P; ++s) words[s] = slot_seed(int32_t(s), 0);
+    rounding = Buffer::copy_of(cfg.backend, words);
+    prefills.assign(P, 0);
   }
 
   // [TAG_RING_LAYOUT] ring_kg [L, P, R (H K + HV K)] in the io dtype and ring_u [L, P, R HV V] in fp32,
@@ -293,6 +318,11 @@ struct Verifier::Impl {
     if (ring_cursor.data() != nullptr) {
       detail::enqueue_fill(s, storage.ring_pending + slot, 0, sizeof(int32_t));
       detail::enqueue_fill(s, storage.ring_start + slot, 0, sizeof(int32_t));
+    }
+    if (rounding.data() != nullptr) {  // a new request: the next seed of the slot's sequence
+      const uint64_t seed = slot_seed(slot, ++prefills[size_t(slot)]);
+      uploader.upload(s, storage.rounding_seed + slot, &seed, sizeof seed);
+      detail::enqueue_fill(s, storage.rounding_counter + slot, 0, sizeof(uint32_t));
     }
   }
 };

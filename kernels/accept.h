@@ -42,6 +42,9 @@ struct AcceptParams {
   int32_t* ring_pending = nullptr;
   int32_t* ring_start = nullptr;
   int32_t ring_records = 0;  // R
+  // SPEC §13, stochastic rounding: [P] each slot's store counter, advanced once a round (the next
+  // round's stores draw afresh). Null: not kept.
+  uint32_t* rounding_counter = nullptr;
   DeviceErrorWord* errors = nullptr;
 };
 
@@ -69,6 +72,7 @@ KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
     p.ring_pending[slot] = (p.row_flush[n] != 0 ? 0 : pending) + kept;
   }
   if (p.round_parity != nullptr && p.row_parity[n] >= 0) p.round_parity[slot] = 1 - (p.row_parity[n] & 1);
+  if (p.rounding_counter != nullptr) p.rounding_counter[slot] += 1;
 }
 
 void accept_cpu(const AcceptParams& p);

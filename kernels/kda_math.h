@@ -53,7 +53,7 @@ KDA_HD float to_f32(bf16 x) { return bits_to_float(uint32_t(x.bits) << 16); }
 
 KDA_HD bf16 f32_to_bf16(float f) {
   uint32_t u = float_to_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x0040u)};  // quiet NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t(0x7fffu)};  // NaN: canonical, as cvt makes it
   u += 0x7fffu + ((u >> 16) & 1u);
   return bf16{uint16_t(u >> 16)};
 }
@@ -117,6 +117,31 @@ KDA_HD bf16 from_f32<bf16>(float x) {
 template <>
 KDA_HD f16 from_f32<f16>(float x) {
   return f32_to_f16(x);
+}
+
+// Two values rounded to nearest even and packed, `lo` in the low half: on the device one cvt.rn.*x2.f32
+// (the state stores' conversion, SPEC §13), on the host the same bits.
+template <class T>
+KDA_HD uint32_t pack2_rn(float lo, float hi);
+template <>
+KDA_HD uint32_t pack2_rn<bf16>(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+#else
+  return uint32_t(f32_to_bf16(lo).bits) | uint32_t(f32_to_bf16(hi).bits) << 16;
+#endif
+}
+template <>
+KDA_HD uint32_t pack2_rn<f16>(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+#else
+  return uint32_t(f32_to_f16(lo).bits) | uint32_t(f32_to_f16(hi).bits) << 16;
+#endif
 }
 
 // Element i of a buffer holding dtype t, as fp32.

@@ -45,6 +45,13 @@ const char* to_string(DType t) {
   }
   return "?";
 }
+const char* to_string(Rounding r) {
+  switch (r) {
+    case Rounding::nearest: return "nearest";
+    case Rounding::stochastic: return "stochastic";
+  }
+  return "?";
+}
 const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : b == Backend::cuda ? "cuda" : "?"; }
 const char* to_string(Mode m) {
   switch (m) {

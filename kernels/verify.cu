@@ -61,6 +61,8 @@ cudaError_t launch_chain(const VerifyParams& p, Launch on) {
 
 template <int K, class IoT, class StateT>
 cudaError_t launch_tiles(const VerifyParams& p, Launch on) {
+  if constexpr (sizeof(IoT) == 2 && sizeof(StateT) == 2)
+    if (p.rounding == Rounding::stochastic) return verify_detail::launch_stochastic<K, IoT, StateT>(p, on);
   if (p.parent != nullptr) return verify_detail::launch_tree<K, IoT, StateT>(p, on);
   return launch_chain<K, IoT, StateT>(p, on);
 }
@@ -68,8 +70,12 @@ cudaError_t launch_tiles(const VerifyParams& p, Launch on) {
 // The one place run-time sizes and dtypes become template parameters.
 template <int K, class IoT>
 cudaError_t dispatch_state(const VerifyParams& p, Launch on) {
-  if (p.pool.dtype == DType::f32) return launch_tiles<K, IoT, float>(p, on);
-  return launch_tiles<K, IoT, bf16>(p, on);
+  switch (p.pool.dtype) {
+    case DType::f32: return launch_tiles<K, IoT, float>(p, on);
+    case DType::bf16: return launch_tiles<K, IoT, bf16>(p, on);
+    case DType::f16: return launch_tiles<K, IoT, math::f16>(p, on);
+  }
+  return cudaErrorInvalidValue;  // not a DType: validation refuses it first
 }
 
 template <int K>
@@ -100,7 +106,7 @@ cudaError_t launch_verify(const VerifyParams& p, Launch on) {
     return "= " + std::to_string(p.value_heads) + " is not a positive multiple of heads = " + std::to_string(p.heads);
   });
   if (p.rows == 0) return cudaSuccess;
-  // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (bf16) words from
+  // q, k, g and v rows move as 16-byte cp.async, state slices as 16- (fp32) or 8-byte (16-bit) words from
   // 16-byte aligned rows, the gate parameters as 4-byte cp.async; ring records like input rows.
   if (p.conv.width > 0) require_fusable_conv(where, p);
   if (p.parent != nullptr) {  // TAG_TREE
@@ -135,6 +141,14 @@ cudaError_t launch_verify(const VerifyParams& p, Launch on) {
     const RingLayout layout{p.ring_records, p.heads, p.value_heads, p.head_k, p.head_v};
     detail::require_state_view(where, "ring_kg", p.ring_kg, p.io_dtype, layout.kg_row_elems());
     detail::require_state_view(where, "ring_u", p.ring_u, DType::f32, layout.u_row_elems());
+  }
+  if (p.rounding == Rounding::stochastic && p.pool.dtype != DType::f32) {
+    require(verify_detail::stochastic_supported(p.io_dtype, p.pool.dtype), where, "io_dtype", [&] {
+      return std::string("= ") + to_string(p.io_dtype) + ": stochastic rounding on CUDA is built for bf16 and f16 io";
+    });
+    require(p.slot_list != nullptr || p.row_slot != nullptr, where, "row_slot", "is null: stochastic rounding keys each row's draws by its slot");
+    detail::require_buffer(where, "rounding_seed", p.rounding_seed, alignof(uint64_t));
+    detail::require_buffer(where, "rounding_counter", p.rounding_counter, alignof(uint32_t));
   }
   if (p.A_log != nullptr) detail::require_buffer(where, "A_log", p.A_log, 4);
   if (p.dt_bias != nullptr) detail::require_buffer(where, "dt_bias", p.dt_bias, 4);

@@ -24,6 +24,7 @@
 #include "kernels/device_error.h"
 #include "kernels/indices.h"
 #include "kernels/layout.h"
+#include "kernels/rounding.h"
 #include "kernels/tree.h"
 
 namespace kdagraph {
@@ -66,6 +67,13 @@ struct VerifyParams {
   // clamped and recorded. seed_pool and seed_scratch are then not read.
   const int32_t* seed_token = nullptr;
   DeviceErrorWord* errors = nullptr;      // what the device finds invalid is recorded here
+  // SPEC §13: stochastic rounding of the state stores (a 16-bit pool dtype), the draws keyed by the
+  // seed and store counter of each row's slot: row_slot[n] (RoundIndices::row_slot), or slot_list[n]
+  // when materializing. Round to nearest: none of them read.
+  Rounding rounding = Rounding::nearest;
+  const int32_t* row_slot = nullptr;
+  const uint64_t* rounding_seed = nullptr;
+  const uint32_t* rounding_counter = nullptr;
   unsigned long long* bytes_moved = nullptr;  // SlotStorage::bytes_moved: state and record bytes moved
   // SPEC §12, optional [N, T]: the new tokens of row n form a tree, token t updating the post-state of
   // token parent[n][t] (-1: the seed, after any replay) instead of token t - 1's; a parent outside
@@ -230,11 +238,21 @@ KDA_HD const StateT* verify_seed(const VerifyParams& p, const VerifyRow& r, cons
                                                           : state_row(b.scratch, p.scratch, r.seed_scratch));
 }
 
-// A state value as it reads back after a store in the state dtype: after a flush the verify goes on
-// from the state the checkpoint now holds, bit for bit what the other modes seed from.
-template <class StateT>
-KDA_HD float stored_value(float x) {
-  return math::to_f32(math::from_f32<StateT>(x));
+// The draws of row n's stores to value head h's state (SPEC §13), the store left to set: none (round to
+// nearest) unless the rounding is stochastic into a 16-bit state. Called for a real row only.
+KDA_HD math::StoreDraws row_store_draws(const VerifyParams& p, int32_t n, int32_t h) {
+  if (p.rounding != Rounding::stochastic || p.pool.dtype == DType::f32) return math::StoreDraws{};
+  const int32_t slot = p.slot_list != nullptr ? p.slot_list[n] : p.row_slot[n];
+  return math::store_draws(true, p.rounding_seed[slot], p.rounding_counter[slot], p.layer, h, 0);
+}
+
+// The same draws for one store: a new token's post-state (t), or the flush of the checkpoint.
+KDA_HD math::StoreDraws for_store(math::StoreDraws d, uint32_t store) {
+  d.store = store;
+  return d;
+}
+KDA_HD uint32_t flush_store(const VerifyParams& p) {
+  return p.slot_list != nullptr ? math::kStoreMaterialize : math::kStoreFlush;
 }
 
 // Host backend: both cores over the independent (row, head) units. Runs now.

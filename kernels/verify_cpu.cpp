@@ -234,10 +234,13 @@ void load_rows(float* s, int64_t kp, const StateT* src, int32_t K, int R) {
   }
 }
 
-// The working rows out to R state rows in the state dtype; past the cache when `streaming` and the
-// rows are whole aligned vectors (wide ones where their alignment allows).
+// The working rows out to R state rows in the state dtype, rounded as `draws` say (SPEC §13; `row0`:
+// the first row's V index in the head, for the draws' element index); past the cache when `streaming`
+// and the rows are whole aligned vectors (wide ones where their alignment allows). `keep`: the working
+// rows become the values stored (a flush goes on from the state as it reads back).
 template <class StateT>
-void store_rows(StateT* dst, const float* s, int64_t kp, int32_t K, int R, bool streaming) {
+void store_rows(StateT* dst, float* s, int64_t kp, int32_t K, int R, bool streaming, const math::StoreDraws& draws,
+                int32_t row0, bool keep = false) {
   if constexpr (sizeof(StateT) == sizeof(float)) {
     const uintptr_t address = reinterpret_cast<uintptr_t>(dst);
     if (streaming && K % kLanes == 0 && address % (kLanes * sizeof(float)) == 0) {
@@ -251,8 +254,21 @@ void store_rows(StateT* dst, const float* s, int64_t kp, int32_t K, int R, bool 
       return;
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int32_t i = 0; i < K; ++i) dst[int64_t(r) * K + i] = math::from_f32<StateT>(s[r * kp + i]);
+  if constexpr (sizeof(StateT) == sizeof(float)) {
+    for (int r = 0; r < R; ++r)
+      for (int32_t i = 0; i < K; ++i) dst[int64_t(r) * K + i] = s[r * kp + i];
+  } else {
+    uint32_t random[4] = {0, 0, 0, 0};
+    uint32_t drawn = UINT32_MAX;  // the element group `random` holds
+    for (int r = 0; r < R; ++r)
+      for (int32_t i = 0; i < K; ++i) {
+        const uint32_t e = uint32_t(row0 + r) * uint32_t(K) + uint32_t(i);
+        if (draws.stochastic && e / 4 != drawn) draws.draw4(drawn = e / 4, random);
+        const StateT x = math::round_state<StateT>(s[r * kp + i], draws.stochastic, random[e % 4]);
+        dst[int64_t(r) * K + i] = x;
+        if (keep) s[r * kp + i] = math::to_f32(x);
+      }
+  }
 }
 
 // What the rows of one unit share: its seed, where its post-states and folded state go, its tokens.
@@ -263,6 +279,7 @@ struct UnitRows {
   char* scratch;         // the layer's scratch base
   UnitTokens tokens;
   int32_t count;         // U: folded records, then new tokens
+  math::StoreDraws draws;  // of the row's stores to this head (row_store_draws)
 };
 
 // Rows [j, j + R) of a unit through all its tokens. Each row is read whole before any post-state row
@@ -283,11 +300,8 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
     const TokenSource src = u.tokens.source(t);
     if (t < replay) {
       fold_rows<R>(w.rows, w.kp, w.k + t * w.kp, w.a + t * w.kp, src.u + j);
-      if (t == replay - 1 && u.writeback != nullptr) {  // a flush: the checkpoint holds it from now on
-        store_rows(u.writeback + int64_t(j) * K, w.rows, w.kp, K, R, false);
-        for (int r = 0; r < R; ++r)
-          for (int32_t i = 0; i < K; ++i) w.rows[r * w.kp + i] = stored_value<StateT>(w.rows[r * w.kp + i]);
-      }
+      if (t == replay - 1 && u.writeback != nullptr)  // a flush: the checkpoint holds it from now on
+        store_rows(u.writeback + int64_t(j) * K, w.rows, w.kp, K, R, false, for_store(u.draws, flush_store(p)), j, true);
       continue;
     }
     float v[R], out[R], du[R];
@@ -303,7 +317,7 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
     const int32_t write_row = w.write_row[t - replay];
     if (write_row < 0) continue;
     StateT* post = reinterpret_cast<StateT*>(state_row(u.scratch, p.scratch, write_row)) + u.tokens.h * head_elems;
-    store_rows(post + int64_t(j) * K, w.rows, w.kp, K, R, streaming);
+    store_rows(post + int64_t(j) * K, w.rows, w.kp, K, R, streaming, for_store(u.draws, uint32_t(t - replay)), j);
   }
 }
 
@@ -383,7 +397,7 @@ void verify_unit(const VerifyParams& p, const Unit& unit, const UnitScratch& w, 
                  ring ? reinterpret_cast<float*>(state_row(b.ring_u, p.ring_u, r.seed_pool)) : nullptr,
                  RingLayout{p.ring_records, p.heads, HV, K, p.head_v}, n, h, hq,
                  fused ? conv_head_io(p, conv, unit, w) : nullptr},
-      r.replay + T};
+      r.replay + T, row_store_draws(p, n, h)};
 
   const float q_scale = math::query_scale(p.options, K);
   const int32_t gh = gate_head(p, h);
@@ -455,8 +469,11 @@ void verify_all(const VerifyParams& p) {
 }  // namespace
 
 void verify_cpu(const VerifyParams& p) {
-  if (p.pool.dtype == DType::f32) verify_all<float>(p);
-  else verify_all<bf16>(p);
+  switch (p.pool.dtype) {
+    case DType::f32: return verify_all<float>(p);
+    case DType::bf16: return verify_all<bf16>(p);
+    case DType::f16: return verify_all<math::f16>(p);
+  }
 }
 
 KDAGRAPH_CPU_ISA_END

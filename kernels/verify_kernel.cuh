@@ -123,7 +123,7 @@ __device__ int64_t unit_bytes(const VerifyParams& p, const BlockRow& b) {
 // unit `next` is found as the unit starts and prefetched during its last chunk's token loop.
 // `early_conv`: the conv window staged before the wait (the first unit's only).
 template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, VerifySchedule kSchedule,
-          class IoT, class StateT>
+          bool kStochastic, class IoT, class StateT>
 __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit, int64_t next, int64_t units,
                                             StateSlice<Tile>& s, SeedAhead<StateT>& ahead, const ConvRow& early_conv,
                                             StagedTokens<Tile::kHeadDim, Tile::kTileV, IoT>& st,
@@ -202,6 +202,8 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
   const StateT* const next_rows =
       kSchedule == VerifySchedule::persistent ? next_seed_rows<Tile, StateT>(p, next, units) : nullptr;
   StateT* const pool_rows = const_cast<StateT*>(seed);  // a flush writes the folded state back here
+  const math::StoreDraws draws = kStochastic ? row_store_draws(p, b.n, b.h) : math::StoreDraws{};
+  const int row0 = b.v0 + at.tile_row0;  // the lane group's first V row in the head (the draws' elements)
   const RingLayout ring{p.ring_records, p.heads, HV, K, V};
   // The lane group's rows of a record's u (the records of the row's ring, SPEC §3).
   const auto record_u = [&](int32_t u) { return b.ring_u + ring.u_offset(b.record(p, u), b.h) + b.v0 + at.tile_row0; };
@@ -262,7 +264,8 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
 #pragma unroll
         for (int r = 0; r < R; ++r) ru[r] = record_u(u)[r];
         fold_record<Tile>(s, st.a[tt], st.k[tt], ru, at.group_lane);
-        if (kStoresState && b.r.flush && u == b.r.replay - 1) write_back_prefix<Tile>(pool_rows, at.group_lane, s);
+        if (kStoresState && b.r.flush && u == b.r.replay - 1)
+          write_back_prefix<Tile, kStochastic>(pool_rows, at.group_lane, s, for_store(draws, flush_store(p)), row0);
         continue;
       }
       if (t == 0) tree.keep(0, s);
@@ -271,7 +274,9 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
       decay_and_project<Tile>(s, st.a[tt], st.k[tt], st.q[tt], at.group_lane, proj, qproj);
       group_sums_pair<Tile::kLanes, R>(proj, qproj);
       apply_delta<Tile, IoT>(s, st.k[tt], st.beta[tt], &st.v[tt][at.tile_row0], proj, at.group_lane, du);
-      if (kStoresState && st.write_row[tt] >= 0) store_state<Tile>(post_rows(st.write_row[tt]), at.group_lane, s, true);
+      if (kStoresState && st.write_row[tt] >= 0)
+        store_state<Tile, kStochastic>(post_rows(st.write_row[tt]), at.group_lane, s, true, for_store(draws, uint32_t(t)),
+                                       row0);
       tree.keep(t + 1, s);
       float out[R];
 #pragma unroll
@@ -286,9 +291,10 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
 }
 
 // kConv: the short conv fused in (VerifyParams::conv). kTree: the new tokens form a tree (VerifyParams::parent).
+// kStochastic: the state stores round stochastically (SPEC §13, VerifyParams::rounding).
 // A block works on unit blockIdx.x, and, persistent, on every gridDim.x-th unit after it.
 template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, class IoT, class StateT,
-          VerifySchedule kSchedule>
+          VerifySchedule kSchedule, bool kStochastic>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_kernel(const VerifyParams p) {
   constexpr int K = Tile::kHeadDim, kTileV = Tile::kTileV, kThreads = Tile::kThreads;
   using Staged = StagedTokens<K, kTileV, IoT>;
@@ -328,13 +334,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_
   trigger_dependent_launch();
 
   if constexpr (kSchedule == VerifySchedule::block_a_unit) {
-    verify_unit<Tile, kFormula, kProbe, kConv, kTree, kSchedule>(p, int32_t(blockIdx.x), units, units, s, ahead,
-                                                                 early_conv, st, cs);
+    verify_unit<Tile, kFormula, kProbe, kConv, kTree, kSchedule, kStochastic>(p, int32_t(blockIdx.x), units, units, s,
+                                                                              ahead, early_conv, st, cs);
   } else {
     for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
       if (unit != int64_t(blockIdx.x)) __syncthreads();  // the previous unit's staging is consumed first
-      verify_unit<Tile, kFormula, kProbe, kConv, kTree, kSchedule>(p, int32_t(unit), unit + gridDim.x, units, s, ahead,
-                                                                   early_conv, st, cs);
+      verify_unit<Tile, kFormula, kProbe, kConv, kTree, kSchedule, kStochastic>(p, int32_t(unit), unit + gridDim.x, units,
+                                                                                s, ahead, early_conv, st, cs);
     }
   }
 }
@@ -343,14 +349,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm) verify_
 // as many as the device holds at once by the tile's launch bounds (its multiprocessors times
 // Tile::kMinBlocksPerSm, at most a block a unit), each with its prefetch buffer.
 template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, class IoT, class StateT,
-          VerifySchedule kSchedule = VerifySchedule::block_a_unit>
+          VerifySchedule kSchedule = VerifySchedule::block_a_unit, bool kStochastic = false>
 cudaError_t launch_verify_tiles(const VerifyParams& p, Launch on) {
   const int64_t units = int64_t(p.rows) * p.value_heads * Tile::kTilesPerHead;
   require(units <= int64_t(INT32_MAX), "launch_verify", "rows", [&] {
     return "= " + std::to_string(p.rows) + " with HV = " + std::to_string(p.value_heads) + " needs " +
            std::to_string(units) + " blocks, more than a grid holds";
   });
-  const auto kernel = verify_kernel<Tile, kFormula, kProbe, kConv, kTree, IoT, StateT, kSchedule>;
+  const auto kernel = verify_kernel<Tile, kFormula, kProbe, kConv, kTree, IoT, StateT, kSchedule, kStochastic>;
   if constexpr (kSchedule == VerifySchedule::persistent) {
     const int64_t resident = int64_t(detail::device_multiprocessors()) * Tile::kMinBlocksPerSm;
     return launch_kernel_shared(kernel, unsigned(units < resident ? units : resident), Tile::kThreads,

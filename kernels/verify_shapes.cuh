@@ -22,22 +22,37 @@ struct LibraryTiles;
 // The short conv fused in (one kernel per layer) runs the narrow tile whatever the batch, with its own
 // register budget: its row and window bookkeeping stays live through the token loop, and at K = 128
 // four blocks an SM (128 registers a thread) spill with fp32 state, three do not.
+// Stochastic rounding (SPEC §13) runs the narrow tile at two blocks an SM whatever the batch, the conv
+// fused or not, chains and trees: its generator (Philox, about 10 registers at each state store) spills
+// the tiles' nearest-rounding budgets.
 template <>
 struct LibraryTiles<128> {
   using narrow = VerifyTile<128, 32, 4, 4, 4>;  // 16 rows, 128 threads: 8 blocks a head
   using wide = VerifyTile<128, 16, 4, 8, 2>;    // 64 rows, 256 threads: 2 blocks a head
   using fused = VerifyTile<128, 32, 4, 4, 3>;   // narrow, three blocks an SM
+  using stochastic = VerifyTile<128, 32, 4, 4, 2>;
 };
 template <>
 struct LibraryTiles<64> {
   using narrow = VerifyTile<64, 16, 2, 4, 4>;  // 16 rows, 128 threads: 4 blocks a head
   using wide = VerifyTile<64, 16, 4, 8, 2>;    // a whole head, 256 threads
   using fused = narrow;
+  using stochastic = VerifyTile<64, 16, 2, 4, 2>;
 };
 
 // The verify of a token tree (TAG_TREE), compiled in kernels/verify_tree.cu: its branch states are in
 // dynamic shared memory (launch_verify_tiles sizes it by T).
 template <int K, class IoT, class StateT>
 cudaError_t launch_tree(const VerifyParams& p, Launch on);
+
+// Stochastic rounding into a 16-bit state (SPEC §13), chains and trees, the conv fused or not, compiled
+// in kernels/verify_stochastic.cu for 16-bit io (bf16, f16) and K = 64, 128.
+template <int K, class IoT, class StateT>
+cudaError_t launch_stochastic(const VerifyParams& p, Launch on);
+
+// Whether the CUDA verify has stochastic rounding for these dtypes: 16-bit io and state.
+constexpr bool stochastic_supported(DType io, DType state) {
+  return io != DType::f32 && state != DType::f32;
+}
 
 }  // namespace kdagraph::verify_detail

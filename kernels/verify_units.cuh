@@ -117,26 +117,28 @@ __device__ __forceinline__ void load_state(const StateT* rows, int group_lane, S
       load_slice(rows + int64_t(r) * Tile::kHeadDim + chunk_channel<Tile>(group_lane, j), s[r][j]);
 }
 
-template <class Tile, class StateT>
-__device__ __forceinline__ void store_state(StateT* rows, int group_lane, const StateSlice<Tile>& s, bool streaming) {
+// A store of the lane's slice, rounded as `draws` say; `row0` is the group's first V row in the head
+// (the draws' element index). `keep`: the slice becomes the values stored.
+template <class Tile, bool kStochastic, class StateT>
+__device__ __forceinline__ void store_state(StateT* rows, int group_lane, StateSlice<Tile>& s, bool streaming,
+                                            const math::StoreDraws& draws, int row0, bool keep = false) {
+  constexpr int K = Tile::kHeadDim;
 #pragma unroll
   for (int r = 0; r < Tile::kRows; ++r)
 #pragma unroll
-    for (int j = 0; j < Tile::kChunks; ++j)
-      store_slice(rows + int64_t(r) * Tile::kHeadDim + chunk_channel<Tile>(group_lane, j), s[r][j], streaming);
+    for (int j = 0; j < Tile::kChunks; ++j) {
+      const int channel = chunk_channel<Tile>(group_lane, j);
+      store_slice<kStochastic>(rows + int64_t(r) * K + channel, s[r][j], streaming, draws,
+                               uint32_t(((row0 + r) * K + channel) / kSlice), keep);
+    }
 }
 
 // The replayed prefix is applied: the pool holds it from now on, and the new tokens go on from the
-// state as it reads back (bit for bit what the other modes seed from).
-template <class Tile, class StateT>
-__device__ __forceinline__ void write_back_prefix(StateT* pool_rows, int group_lane, StateSlice<Tile>& s) {
-  store_state<Tile>(pool_rows, group_lane, s, false);
-#pragma unroll
-  for (int r = 0; r < Tile::kRows; ++r)
-#pragma unroll
-    for (int c = 0; c < Tile::kChunks; ++c)
-#pragma unroll
-      for (int e = 0; e < kSlice; ++e) s[r][c][e] = stored_value<StateT>(s[r][c][e]);
+// state as it reads back (bit for bit what the other modes seed from, each element as it was rounded).
+template <class Tile, bool kStochastic, class StateT>
+__device__ __forceinline__ void write_back_prefix(StateT* pool_rows, int group_lane, StateSlice<Tile>& s,
+                                                  const math::StoreDraws& draws, int row0) {
+  store_state<Tile, kStochastic>(pool_rows, group_lane, s, false, draws, row0, true);
 }
 
 }  // namespace kdagraph::verify_detail

@@ -16,10 +16,12 @@
 #include <cstdint>
 
 #include "kernels/kda_math.h"
+#include "kernels/rounding.h"
 
 namespace kdagraph::verify_detail {
 
 using math::bf16;
+using math::f16;
 
 constexpr int kWarpSize = 32;
 constexpr int kSlice = 4;  // key channels of one chunk
@@ -65,7 +67,7 @@ struct VerifyTile {
   static_assert(K % kTileV == 0, "tiles cover a head exactly");
 };
 
-// A lane's chunk of one state row: 16 bytes in fp32, 8 in bf16. The .cg intrinsics keep the vector
+// A lane's chunk of one state row: 16 bytes in fp32, 8 in bf16 or f16. The .cg intrinsics keep the vector
 // width (a plain dereference may be split into scalar stores) and go through L2 only: the seed may be
 // a row this same launch writes (SPEC §3), so neither the read-only path nor L1 may serve it.
 __device__ __forceinline__ void load_slice(const float* src, float (&x)[kSlice]) {
@@ -76,32 +78,58 @@ __device__ __forceinline__ void load_slice(const float* src, float (&x)[kSlice])
   x[3] = w.w;
 }
 
-// Four bf16 values, as one 8-byte word holds them, in fp32.
-__device__ __forceinline__ void unpack_bf16x4(uint2 w, float (&x)[kSlice]) {
-  x[0] = math::to_f32(bf16{uint16_t(w.x & 0xffffu)});
-  x[1] = math::to_f32(bf16{uint16_t(w.x >> 16)});
-  x[2] = math::to_f32(bf16{uint16_t(w.y & 0xffffu)});
-  x[3] = math::to_f32(bf16{uint16_t(w.y >> 16)});
+// Four 16-bit values (bf16 or f16), as one 8-byte word holds them, in fp32.
+template <class T>
+__device__ __forceinline__ void unpack16x4(uint2 w, float (&x)[kSlice]) {
+  x[0] = math::to_f32(T{uint16_t(w.x & 0xffffu)});
+  x[1] = math::to_f32(T{uint16_t(w.x >> 16)});
+  x[2] = math::to_f32(T{uint16_t(w.y & 0xffffu)});
+  x[3] = math::to_f32(T{uint16_t(w.y >> 16)});
 }
 
 __device__ __forceinline__ void load_slice(const bf16* src, float (&x)[kSlice]) {
-  unpack_bf16x4(__ldcg(reinterpret_cast<const uint2*>(src)), x);
+  unpack16x4<bf16>(__ldcg(reinterpret_cast<const uint2*>(src)), x);
+}
+__device__ __forceinline__ void load_slice(const f16* src, float (&x)[kSlice]) {
+  unpack16x4<f16>(__ldcg(reinterpret_cast<const uint2*>(src)), x);
 }
 
 // Stores a chunk. `streaming`: a post-state, which this round does not read again (the next round
 // reads one of them, long after the other layers have passed through L2): evict-first. Otherwise (the
 // pool row replay writes back) through L2 as a plain store.
-__device__ __forceinline__ void store_slice(float* dst, const float (&x)[kSlice], bool streaming) {
+// A 16-bit state is rounded (SPEC §13) to nearest in pairs (the hardware's cvt.rn.*x2.f32 on the
+// device), or, kStochastic, with the four draws `draws` gives the chunk's element group `group` (its
+// first element of the head, over 4). `keep`: x becomes the values stored (a flush goes on from the
+// state as it reads back). Stochastic rounding is a kernel of its own (kernels/verify_stochastic.cu):
+// its generator's registers stay out of the nearest-rounding kernels.
+template <bool kStochastic>
+__device__ __forceinline__ void store_slice(float* dst, float (&x)[kSlice], bool streaming, const math::StoreDraws&,
+                                            uint32_t, bool) {
   const float4 w = make_float4(x[0], x[1], x[2], x[3]);
   if (streaming) __stcs(reinterpret_cast<float4*>(dst), w);
   else __stcg(reinterpret_cast<float4*>(dst), w);
 }
 
-__device__ __forceinline__ void store_slice(bf16* dst, const float (&x)[kSlice], bool streaming) {
-  const auto bits = [](float f) { return uint32_t(math::f32_to_bf16(f).bits); };
-  const uint2 w = make_uint2(bits(x[0]) | bits(x[1]) << 16, bits(x[2]) | bits(x[3]) << 16);
+template <bool kStochastic, class T>
+__device__ __forceinline__ void store_slice(T* dst, float (&x)[kSlice], bool streaming, const math::StoreDraws& draws,
+                                            uint32_t group, bool keep) {
+  uint32_t pair[2];
+  if constexpr (kStochastic) {
+    uint32_t random[kSlice];
+    draws.draw4(group, random);
+    uint16_t bits[kSlice];
+#pragma unroll
+    for (int e = 0; e < kSlice; ++e) bits[e] = math::round_state<T>(x[e], true, random[e]).bits;
+    pair[0] = uint32_t(bits[0]) | uint32_t(bits[1]) << 16;
+    pair[1] = uint32_t(bits[2]) | uint32_t(bits[3]) << 16;
+  } else {
+    pair[0] = math::pack2_rn<T>(x[0], x[1]);
+    pair[1] = math::pack2_rn<T>(x[2], x[3]);
+  }
+  const uint2 w = make_uint2(pair[0], pair[1]);
   if (streaming) __stcs(reinterpret_cast<uint2*>(dst), w);
   else __stcg(reinterpret_cast<uint2*>(dst), w);
+  if (keep) unpack16x4<T>(w, x);
 }
 
 // A lane's chunk of a staged fp32 vector (shared memory).
@@ -117,7 +145,10 @@ __device__ __forceinline__ void load4(const float* src, float (&x)[kSlice]) {
 __device__ __forceinline__ void load_staged_slice(const float* src, float (&x)[kSlice]) { load4(src, x); }
 
 __device__ __forceinline__ void load_staged_slice(const bf16* src, float (&x)[kSlice]) {
-  unpack_bf16x4(*reinterpret_cast<const uint2*>(src), x);
+  unpack16x4<bf16>(*reinterpret_cast<const uint2*>(src), x);
+}
+__device__ __forceinline__ void load_staged_slice(const f16* src, float (&x)[kSlice]) {
+  unpack16x4<f16>(*reinterpret_cast<const uint2*>(src), x);
 }
 
 // Sums over the kLanes lanes of an aligned lane group, of kRows values at once (their shuffles are

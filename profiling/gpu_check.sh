@@ -27,7 +27,8 @@
 #                                                             against a configured CUDA build (CI runs it)
 # More settings: KDA_BUILD_DIR (build-gpu), KDA_JOBS (nproc), KDA_PYTHON (python3), KDA_COMMIT (recorded
 # in the summary: the device machine gets the files without .git), KDAGRAPH_GTEST_SOURCE_DIR (else ./.gtest,
-# a copy of Debian's /usr/src/googletest, else /usr/src/googletest), KDAGRAPH_WERROR (OFF).
+# a copy of Debian's /usr/src/googletest, else /usr/src/googletest), KDAGRAPH_RANDOM123_INCLUDE (else ./.deps,
+# holding a copy of Debian's /usr/include/Random123), KDAGRAPH_WERROR (OFF).
 #
 # Each stage runs under its own cap (the caps add up to at most the budget; the dry run checks that), plus
 # the seconds the stages before it left of theirs (the note says when it ran past its own cap on them). A
@@ -135,6 +136,14 @@ gtest_source() {
   done
 }
 GTEST_DIR=$(gtest_source)
+# Random123's headers (kernels/rounding.h): installed (librandom123-dev), else carried in ./.deps/Random123.
+random123_include() {
+  local dir
+  for dir in "${KDAGRAPH_RANDOM123_INCLUDE:-}" "$ROOT/.deps" /usr/include; do
+    [[ -n "$dir" && -f "$dir/Random123/philox.h" ]] && { echo "$dir"; return; }
+  done
+}
+RANDOM123_DIR=$(random123_include)
 fla_wheel() { compgen -G "$ROOT/.whl/fla_core-*.whl" | head -n 1; }
 # toolkit_program NAME [DIR...]: the toolkit's program NAME (compute-sanitizer, ncu) on PATH, beside nvcc, or
 # in one of DIRs, where CUDA images install it off PATH.
@@ -178,7 +187,12 @@ EOF
 }
 
 stage_configure() {
-  local tests=ON python=OFF gtest=()
+  local tests=ON python=OFF gtest=() random123=()
+  if [[ -n "$RANDOM123_DIR" ]]; then
+    random123=(-DKDAGRAPH_RANDOM123_INCLUDE="$RANDOM123_DIR")
+  else
+    echo "no Random123 headers (.deps/Random123, /usr/include/Random123): the configure will say so"
+  fi
   if [[ -n "$GTEST_DIR" ]]; then
     gtest=(-DKDAGRAPH_GTEST_SOURCE_DIR="$GTEST_DIR")
   else
@@ -193,7 +207,7 @@ stage_configure() {
     echo "no nanobind or no Python.h for $PYTHON: the extension is not built"
   fi
   x cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKDAGRAPH_CUDA_ARCHITECTURES="$ARCH" \
-    -DKDAGRAPH_BUILD_TESTS="$tests" "${gtest[@]}" -DKDAGRAPH_BUILD_PYTHON="$python" \
+    -DKDAGRAPH_BUILD_TESTS="$tests" "${gtest[@]}" "${random123[@]}" -DKDAGRAPH_BUILD_PYTHON="$python" \
     -DPython_EXECUTABLE="$(command -v "$PYTHON")" -DKDAGRAPH_WARNINGS_AS_ERRORS="${KDAGRAPH_WERROR:-OFF}" |
     tee "$WORK/cmake_configure.txt"
   local rc=$?

@@ -153,22 +153,22 @@ def demangle(names: List[str]) -> List[str]:
 
 VERIFY = re.compile(r"verify_kernel<verify_detail::VerifyTile<(\d+), (\d+), (\d+), (\d+), (\d+)>, "
                     r"\(verify_detail::OutputFormula\)(\d), \(verify_detail::VerifyProbe\)(\d), (true|false), "
-                    r"(true|false), ([\w:]+), ([\w:]+)(?:, \(verify_detail::VerifySchedule\)(\d))?>")
+                    r"(true|false), ([\w:]+), ([\w:]+)(?:, \(verify_detail::VerifySchedule\)(\d))?(?:, (true|false))?>")
 
 
 def dtype(name: str) -> str:
-    return "bf16" if name.endswith("bf16") else "f32" if name == "float" else name
+    return "bf16" if name.endswith("bf16") else "f16" if name.endswith("f16") else "f32" if name == "float" else name
 
 
 def readable(demangled: str, mangled: str) -> Tuple[str, int]:
     """A verify kernel as verify_variants.cuh names its member (rows64-lanes16-R4-w8-b2, -post, -nostores,
-    -prologue, -persistent), its conv and tree switches and io / state dtypes, with the state elements a
+    -prologue, -persistent), its conv, tree and stochastic-rounding switches and io / state dtypes, with the state elements a
     thread holds; any other kernel by its demangled name (and 0)."""
     name = re.sub(r"\(anonymous namespace\)::|kdagraph::", "", demangled)
     m = VERIFY.search(name)
     if not m:
         return (re.sub(r"^void ", "", name).split("(")[0] if demangled != mangled else mangled), 0
-    k, lanes, rows, warps, blocks, formula, probe, conv, tree, io, state, schedule = m.groups()
+    k, lanes, rows, warps, blocks, formula, probe, conv, tree, io, state, schedule, stochastic = m.groups()
     tile_v = int(warps) * (32 // int(lanes)) * int(rows)
     name = f"rows{tile_v}-lanes{lanes}-R{rows}-w{warps}-b{blocks}"
     name += "-post" if formula == "1" else ""
@@ -176,6 +176,7 @@ def readable(demangled: str, mangled: str) -> Tuple[str, int]:
     name += "-persistent" if schedule == "1" else ""
     name += " +conv" if conv == "true" else ""
     name += " +tree" if tree == "true" else ""
+    name += " +stochastic" if stochastic == "true" else ""
     return f"{name} (K {k}, {dtype(io)} / {dtype(state)})", int(rows) * int(k) // int(lanes)
 
 

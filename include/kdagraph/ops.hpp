@@ -101,6 +101,12 @@ struct SlotStorage {
   // Optional: where kernels record what only the device can see (device-writable; host-mapped pinned
   // memory lets the host read it without synchronizing).
   DeviceErrorWord* errors = nullptr;
+  // Stochastic rounding (RoundSpec::rounding, SPEC §13): each slot's seed, the key of its draws, and its
+  // store counter, which the accept step advances every round, so that a graph's replays draw afresh
+  // with no host work. A prefill gives a reused slot a new seed (Verifier::prefill does; a caller of
+  // the ops writes its own). Null, and not read, with round to nearest.
+  uint64_t* rounding_seed = nullptr;     // [P]
+  uint32_t* rounding_counter = nullptr;  // [P]
   // Optional, for measurements: a counter (device-writable, like `errors`) to which the verify, commit
   // and materialize kernels add the bytes of state and ring records they read and write, as they move
   // them (the conv state is not counted). Null: nothing is counted, at no cost.
@@ -113,6 +119,9 @@ struct RoundSpec {
   int32_t tokens = 0;     // T = 1 + draft tokens, 1 <= T <= S
   DType io_dtype = DType::f32;
   VerifyOptions options;
+  // How the round's state stores round to the storage's state dtype (SPEC §13); stochastic needs
+  // SlotStorage::rounding_seed and rounding_counter.
+  Rounding rounding = Rounding::nearest;
   Mode mode = Mode::fused_accept;
   // Replay (SPEC §3): R records a slot and flush_min, both resolved (round_spec fills a config's
   // defaults): 2 T <= R, 0 <= flush_min <= R - T. Other modes ignore it.
@@ -194,6 +203,10 @@ bool needs_accept_path(const RoundSpec& spec);
 // Whether a round keeps SlotStorage::round_parity: the offset-window modes with a conv (the conv
 // state's halves).
 bool needs_round_parity(const RoundSpec& spec);
+
+// Whether a round keeps SlotStorage::rounding_seed and rounding_counter: stochastic rounding into a
+// 16-bit state dtype (an fp32 state is stored exactly, and needs neither).
+bool needs_rounding_state(const RoundSpec& spec, DType state_dtype);
 
 // Elements of one slot's ring rows (replay, [TAG_RING_LAYOUT]): ring_kg, io dtype, R (H K + HV K);
 // ring_u, fp32, R HV V.

@@ -12,11 +12,16 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace kdagraph {
 
-// Element types of inputs, outputs and state. f16 is IEEE binary16; as an io dtype only, for now (state
-// in fp32 or bf16).
+// Element types of inputs, outputs and state (f16: IEEE binary16).
 enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2 };
 inline constexpr size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
 const char* to_string(DType t);
+
+// SPEC §13: how a store of the recurrent state rounds fp32 to a 16-bit state dtype. nearest: to nearest
+// even. stochastic: up or down with the probabilities that keep the expected value, from counter-based
+// random bits keyed by the slot's seed (SlotStorage::rounding_seed). An fp32 state is stored exactly.
+enum class Rounding : int32_t { nearest = 0, stochastic = 1 };
+const char* to_string(Rounding r);
 
 enum class Backend : int32_t { cpu = 0, cuda = 1 };
 const char* to_string(Backend b);
@@ -126,7 +131,8 @@ inline int32_t conv_channels(const ModelShape& m) {
 struct PoolShape {
   int32_t slots = 0;          // P
   int32_t scratch_steps = 0;  // S, >= tokens per round
-  DType state_dtype = DType::f32;
+  DType state_dtype = DType::f32;            // of pool, scratch and replay's checkpoint: f32, bf16 or f16
+  Rounding rounding = Rounding::nearest;     // of every store of a state to state_dtype (SPEC §13)
 };
 
 // A stream to enqueue on. On the CPU backend work runs at once (or is recorded into a CPU graph

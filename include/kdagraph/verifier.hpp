@@ -49,6 +49,10 @@ struct VerifierConfig {
   // build reads (set_tree from the host, or written on the device through batch_buffers().parent), and
   // rounds accept root-to-node paths (enqueue_accept_path). It starts as chains.
   bool trees = false;
+  // Stochastic rounding (pool.rounding, SPEC §13): the base of the slots' seeds. Slot s starts with a seed
+  // made from it and s, and each prefill gives the slot the next seed of its own sequence, so a reused
+  // slot draws afresh and two Verifiers of one config draw alike.
+  uint64_t rounding_seed = 0x6b646167726170ull;
   // Count the bytes of state and ring records the round's kernels move (SlotStorage::bytes_moved,
   // Verifier::bytes_moved): one atomic add per unit of work, for measurements.
   bool count_bytes = false;

@@ -15,6 +15,8 @@ namespace kdagraph::python {
 
 // "float32" / "f32", "bfloat16" / "bf16", "float16" / "f16" / "half".
 DType dtype_from(const std::string& name, const char* argument);
+// "nearest" or "stochastic" (SPEC §13), else InvalidArgument naming rounding.
+Rounding rounding_from(const std::string& name);
 // A Mode, or its command-line name: "two-phase", "fused-accept", "replay".
 Mode mode_from(nb::handle mode);
 // "precomputed" (g is the log decay), "softplus", "lower-bound" (SPEC §1 gate in kernel).

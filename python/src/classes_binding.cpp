@@ -198,7 +198,8 @@ void bind_classes(nb::module_& m) {
              int32_t head_k, int32_t head_v, int32_t slots, int32_t scratch_steps, int32_t max_rows, int32_t tokens,
              const std::string& io_dtype, const std::string& state_dtype, nb::handle mode, bool l2norm_qk,
              nb::handle scale, const std::string& gate, float lower_bound, bool beta_is_logit, int32_t ring_records,
-             int32_t flush_min, int32_t conv_width, nb::handle conv_activation, bool pdl, bool trees, bool count_bytes) {
+             int32_t flush_min, int32_t conv_width, nb::handle conv_activation, bool pdl, bool trees, bool count_bytes,
+             const std::string& rounding, uint64_t rounding_seed) {
             VerifierConfig c;
             c.backend = backend_from(backend);
             c.model = ModelShape{layers, heads, value_heads, head_k, head_v};
@@ -213,6 +214,8 @@ void bind_classes(nb::module_& m) {
             c.pdl = pdl;
             c.trees = trees;
             c.count_bytes = count_bytes;
+            c.pool.rounding = rounding_from(rounding);
+            c.rounding_seed = rounding_seed;
             new (self) PyVerifier{std::make_unique<Verifier>(c)};
           },
           nb::kw_only(), "backend"_a = "cpu", "layers"_a, "heads"_a, "value_heads"_a, "head_k"_a, "head_v"_a,
@@ -220,7 +223,10 @@ void bind_classes(nb::module_& m) {
           "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(), "gate"_a = "precomputed",
           "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "ring_records"_a = 0, "flush_min"_a = -1,
           "conv_width"_a = 0, "conv_activation"_a.none() = "silu", "pdl"_a = true, "trees"_a = false,
-          "count_bytes"_a = false,
+          "count_bytes"_a = false, "rounding"_a = "nearest", "rounding_seed"_a = VerifierConfig{}.rounding_seed,
+          "state_dtype: float32, bfloat16 or float16 (SPEC §13); rounding: 'nearest' or 'stochastic', how every "
+          "store of the state rounds to it, stochastic draws keyed by each slot's seed (a prefill gives the slot the "
+          "next of its sequence from rounding_seed) and its device-advanced round counter. "
           "ring_records, flush_min: replay's corrections ring (SPEC §3): R records a slot (0: the default 3 T) and the "
           "pending records at which a verify writes its folded state back to the slot's checkpoint, its pool row "
           "(-1: the default min(T + 1, R - T); 0 flushes every round); 2 T <= R and 0 <= flush_min <= R - T, else "

@@ -25,6 +25,12 @@ DType dtype_from(const std::string& name, const char* argument) {
   throw InvalidArgument(argument, std::string(argument) + " = '" + name + "' is not 'float32', 'bfloat16' or 'float16'");
 }
 
+Rounding rounding_from(const std::string& name) {
+  if (name == "nearest") return Rounding::nearest;
+  if (name == "stochastic") return Rounding::stochastic;
+  throw InvalidArgument("rounding", "rounding = '" + name + "' is not 'nearest' or 'stochastic'");
+}
+
 Mode mode_from(nb::handle mode) {
   if (nb::isinstance<nb::str>(mode)) {
     const std::string name = nb::cast<std::string>(mode);

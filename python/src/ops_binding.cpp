@@ -102,7 +102,7 @@ void verify_indexed(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle g_, 
   const bool gate_f32 = take_gate_dtype(g, beta, q);
 
   const Array states = take_rows(states_, name_of(names, "states").c_str(), kStateRowAlignBytes);
-  require_elem(states, {Elem::f32, Elem::bf16});
+  require_elem(states, {Elem::f32, Elem::bf16, Elem::f16});
   require_shape(states, {-1, HV, V, K});
   require_same_place(states, q);
   const Array seeds = seeds_.is_none() ? Array{} : take_rows(seeds_, name_of(names, "seeds").c_str(), kStateRowAlignBytes);
@@ -313,7 +313,7 @@ struct LayerStates {
 int64_t row_stride_of(const Array& a, const RoundSpec& spec, const RowForm& form, bool per_layer) {
   const ModelShape& m = spec.model;
   if (form.state) {
-    require_elem(a, {Elem::f32, Elem::bf16});  // the state's dtypes
+    require_elem(a, {Elem::f32, Elem::bf16, Elem::f16});  // the state's dtypes
     if (per_layer) require_shape(a, {-1, m.value_heads, m.head_v, m.head_k});
     else require_shape(a, {m.layers, -1, m.value_heads, m.head_v, m.head_k});
     return form.row_elems;

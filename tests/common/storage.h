@@ -108,10 +108,7 @@ inline void randomize_storage(Verifier& v, uint64_t seed) {
         std::memcpy(host.data() + 4 * i, &x, 4);
       }
     } else {
-      for (size_t i = 0; i < bytes / 2; ++i) {
-        const math::bf16 x = math::f32_to_bf16(d(rng));
-        std::memcpy(host.data() + 2 * i, &x, 2);
-      }
+      for (size_t i = 0; i < bytes / 2; ++i) math::store_from_f32(host.data(), v.config().pool.state_dtype, int64_t(i), d(rng));
     }
     detail::copy_to_backend(b, dst, host.data(), bytes);
   };

@@ -28,12 +28,13 @@ struct CaseShape {
   int32_t slots = 4, scratch_steps = 8;
   DType io = DType::f32, state = DType::f32;
   bool gate_f32 = false;  // g and beta in fp32 beside a 16-bit io dtype (VerifyParams::gate_f32)
+  Rounding rounding = Rounding::nearest;  // of the state stores (SPEC §13)
   VerifyOptions options;
   std::string str() const {
     return "N=" + std::to_string(rows) + " T=" + std::to_string(tokens) + " H=" + std::to_string(heads) +
            " HV=" + std::to_string(value_heads) + " K=" + std::to_string(head_k) +
            " V=" + std::to_string(head_v) + " io=" + to_string(io) + (gate_f32 ? " gates=f32" : "") +
-           " state=" + to_string(state) +
+           " state=" + to_string(state) + (rounding == Rounding::stochastic ? " stochastic" : "") +
            " l2=" + std::to_string(options.l2norm_qk) + " scale=" + std::to_string(options.use_scale) +
            " gate=" + std::to_string(int(options.gate)) + " logit=" + std::to_string(options.beta_is_logit);
   }
@@ -115,6 +116,8 @@ struct VerifyCase {
   std::vector<int32_t> slots, accept_len, n_real;
   std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row, row_accept;
   std::vector<int32_t> parent;  // [N * T] a token tree per row (SPEC §12), or empty: chains
+  std::vector<uint64_t> rounding_seed;    // [slots], stochastic rounding's keys
+  std::vector<uint32_t> rounding_counter; // [slots]
   StateGeometry geo;
 
   VerifyCase(const CaseShape& s, uint64_t seed_, std::vector<int32_t> row_slots,
@@ -154,6 +157,10 @@ struct VerifyCase {
     pool.assign(s.state, rand_vec(size_t(geo.pool_layer_elems()), -1.0f, 1.0f));
     scratch.assign(s.state, rand_vec(size_t(geo.scratch_layer_elems()), -1.0f, 1.0f));
     n_real = {int32_t(std::count_if(slots.begin(), slots.end(), [](int32_t x) { return x >= 0; }))};
+    for (int32_t i = 0; i < s.slots; ++i) {
+      rounding_seed.push_back(rng());
+      rounding_counter.push_back(uint32_t(rng() % 1000));
+    }
     build_indices();
   }
 
@@ -219,6 +226,12 @@ struct VerifyCase {
     p.seed_pool = at.in(seed_pool);
     p.seed_scratch = at.in(seed_scratch);
     p.write_row = at.in(write_row);
+    p.rounding = sh.rounding;
+    if (sh.rounding == Rounding::stochastic) {
+      p.row_slot = at.in(row_slot);
+      p.rounding_seed = at.in(rounding_seed);
+      p.rounding_counter = at.in(rounding_counter);
+    }
     p.parent = parent.empty() ? nullptr : at.in(parent);
     return p;
   }

@@ -174,6 +174,78 @@ TEST(GraphRunner, ManyRoundsGraphEqualsEagerBitwise) {
   }
 }
 
+// SPEC §13: stochastic rounding into a bf16 or f16 state, in every mode, with joins (a prefill gives
+// the slot a new seed) and retirements: a graph's replays draw what the eager rounds draw, bitwise (the
+// store counters advance on the device).
+TEST(GraphRunner, StochasticRoundingGraphEqualsEagerBitwise) {
+  KDA_SKIP_UNLESS_ROUNDS_RUN();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const int32_t batch = by_matrix(8, 3, 0);
+  for (Mode mode : {Mode::two_phase, Mode::fused_accept, Mode::replay}) {
+    const DType state = mode == Mode::fused_accept ? DType::bf16 : DType::f16;
+    SCOPED_TRACE(std::string(to_string(mode)) + " state " + to_string(state));
+    HostEngineConfig eager_cfg = small_engine(runner().memory(), mode, Exec::eager, seed);
+    eager_cfg.verifier = harness_config(mode, batch);
+    eager_cfg.verifier.pool.state_dtype = state;
+    eager_cfg.verifier.pool.rounding = Rounding::stochastic;
+    eager_cfg.runner.buckets = default_buckets(batch);
+    eager_cfg.batch = batch;
+    eager_cfg.retire_rate = 0.1;
+    HostEngineConfig graph_cfg = eager_cfg;
+    graph_cfg.runner.exec = Exec::graph;
+    HostEngine eager(eager_cfg), graph(graph_cfg);
+    for (HostEngine* e : {&eager, &graph}) e->start(stream());
+    for (int r = 0; r < by_matrix(40, 6, 0); ++r)
+      for (HostEngine* e : {&eager, &graph}) e->run_round(stream());
+    for (HostEngine* e : {&eager, &graph}) e->finish(stream());
+    ASSERT_EQ(graph.rounds().size(), eager.rounds().size());
+    for (size_t r = 0; r < eager.rounds().size(); ++r)
+      ASSERT_EQ(graph.rounds()[r].outputs, eager.rounds()[r].outputs) << "round " << r;
+    ASSERT_EQ(graph.retired().size(), eager.retired().size());
+    EXPECT_GT(eager.retired().size(), 0u) << "slots were reused";
+    for (size_t i = 0; i < eager.retired().size(); ++i)
+      EXPECT_EQ(graph.retired()[i].state, eager.retired()[i].state) << "request " << eager.retired()[i].request;
+    EXPECT_EQ(graph.verifier().device_errors().count, 0u);
+  }
+}
+
+// SPEC §13: a prefill gives a reused slot a new seed: the same request in the same slot again rounds
+// its stores otherwise, where round to nearest repeats them bitwise.
+TEST(GraphRunner, AReusedSlotDrawsAfresh) {
+  KDA_SKIP_UNLESS_ROUNDS_RUN();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  RunnerConfig rc;
+  rc.exec = Exec::eager;
+  rc.buckets = {2};
+  for (Rounding rounding : {Rounding::stochastic, Rounding::nearest}) {
+    SCOPED_TRACE(to_string(rounding));
+    VerifierConfig c = harness_config(Mode::fused_accept, 2);
+    c.pool.state_dtype = DType::f16;
+    c.pool.rounding = rounding;
+    GraphHarness h(c, rc, seed);
+    const std::vector<uint8_t> request = [&] {
+      const StorageSnapshot s = snapshot(h.verifier);
+      return std::vector<uint8_t>(s.pool.begin(), s.pool.begin() + ptrdiff_t(h.verifier.slot_state_bytes()));
+    }();  // one layer's state; every layer gets it
+    std::vector<uint8_t> states(request.size() * size_t(c.model.layers));
+    for (int32_t l = 0; l < c.model.layers; ++l) std::copy(request.begin(), request.end(), states.begin() + ptrdiff_t(l) * ptrdiff_t(request.size()));
+    const int32_t slots[] = {1, 3};
+    std::vector<std::vector<uint8_t>> posts;
+    for (int occupant = 0; occupant < 2; ++occupant) {
+      for (int32_t slot : slots) h.verifier.prefill(stream(), slot, states.data());
+      h.set_accepts({1, 1});
+      h.runner->set_batch(stream(), slots, 2);
+      h.runner->run_round(stream());
+      wait();
+      posts.push_back(snapshot(h.verifier).scratch);
+    }
+    if (rounding == Rounding::stochastic) EXPECT_NE(posts[0], posts[1]) << "the second occupant drew the first's bits";
+    else EXPECT_EQ(posts[0], posts[1]) << "round to nearest repeats";
+  }
+}
+
 TEST(GraphRunner, AboveTheLargestBucketRunsEagerlyOrFailsInStrictMode) {
   KDA_SKIP_UNLESS_ROUNDS_RUN();
   const uint64_t seed = fresh_seed();

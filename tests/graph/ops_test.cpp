@@ -84,7 +84,6 @@ std::vector<BadCall> bad_calls(CallerStorage& c) {
       {"storage.pool.layer_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.layer_stride = s.pool.row_stride; }},
       {"storage.scratch.layer_stride", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.layer_stride += 1; }},
       {"storage.pool.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.dtype = DType(7); }},
-      {"storage.pool.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.pool.dtype = s.scratch.dtype = DType::f16; }},
       {"storage.scratch.rows", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.rows = int64_t(s.slots) * s.scratch_steps - 1; }},
       {"storage.scratch.dtype", [](auto&, SlotStorage& s, auto&, auto&) { s.scratch.dtype = DType::bf16; }},
       {"storage.scratch_steps", [](RoundSpec& sp, SlotStorage& s, auto&, auto&) { s.scratch_steps = sp.tokens - 1; }},
@@ -97,6 +96,7 @@ std::vector<BadCall> bad_calls(CallerStorage& c) {
       {"idx.seed_scratch", [](auto&, auto&, RoundIndices& i, auto&) { i.seed_scratch = nullptr; }},
       {"model.value_heads", [](RoundSpec& sp, auto&, auto&, auto&) { sp.model.heads = 2; sp.model.value_heads = 3; }},
       {"mode", [](RoundSpec& sp, auto&, auto&, auto&) { sp.mode = Mode(9); }},
+      {"rounding", [](RoundSpec& sp, auto&, auto&, auto&) { sp.rounding = Rounding(5); }},
       {"q", [](auto&, auto&, auto&, LayerInputs& in) { in.q = nullptr; }},
       {"g", [&](auto&, auto&, auto&, LayerInputs& in) { in.g = misaligned(const_cast<void*>(in.g)); }},
       {"A_log", [](auto&, auto&, auto&, LayerInputs& in) { in.A_log = reinterpret_cast<const float*>(reinterpret_cast<const char*>(in.A_log) + 2); }},
@@ -202,6 +202,33 @@ std::vector<BadCall> bad_replay_calls(CallerStorage&) {
 TEST(Ops, BadReplayViewsAreRefusedNamingTheArgumentAndChangeNothing) {
   KDA_SKIP_WITHOUT_RUNNER();
   EXPECT_GT(expect_refused_and_unchanged(Mode::replay, bad_replay_calls), 40);
+}
+
+// SPEC §13: stochastic rounding into a 16-bit state keys its draws by seeds and counters the caller
+// keeps; without them every operation of the round refuses, naming them.
+TEST(Ops, StochasticRoundingNeedsTheSlotsSeedsAndCounters) {
+  KDA_SKIP_WITHOUT_RUNNER();
+  std::mt19937_64 rng(fresh_seed());
+  const VerifierConfig cfg = ops_config(Mode::fused_accept, DType::bf16);
+  CallerStorage c(cfg, CallerLayout::compact);
+  BackendInputs in(cfg);
+  in.randomize(rng);
+  RoundSpec spec = c.spec;
+  spec.rounding = Rounding::stochastic;
+  const std::vector<int32_t> accepted(size_t(cfg.max_rows), 1);
+  c.accepted.upload(accepted.data(), accepted.size() * sizeof(int32_t));
+  for (const char* name : {"verify_layer", "accept"}) {
+    SCOPED_TRACE(name);
+    try {
+      if (std::string(name) == "verify_layer") ops::verify_layer(runner().stream, spec, c.storage, c.idx, cfg.max_rows, 1, in.view(1, 1));
+      else ops::accept(runner().stream, spec, c.storage, c.idx, cfg.max_rows, c.accepted.as<int32_t>());
+      ADD_FAILURE() << "was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "storage.rounding_seed") << e.what();
+    }
+  }
+  spec.rounding = Rounding::nearest;  // the same storage rounds to nearest without them
+  EXPECT_NO_THROW(ops::verify_layer(runner().stream, spec, c.storage, c.idx, cfg.max_rows, 1, in.view(1, 1)));
 }
 
 // g and beta in fp32 beside 16-bit io (vLLM's decode) in every mode but replay at a 16-bit io dtype,

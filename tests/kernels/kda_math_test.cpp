@@ -1,4 +1,5 @@
-// SPEC §1 preprocessing against the direct formulas, and the bf16 and f16 roundings.
+// SPEC §1 preprocessing against the direct formulas; the bf16 and f16 roundings, to nearest and
+// stochastic (SPEC §13), and the generator's published test vectors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,6 +7,7 @@
 #include <random>
 
 #include "kernels/kda_math.h"
+#include "kernels/rounding.h"
 #include "tests/common/reference.h"
 #include "tests/common/verify_case.h"
 
@@ -125,6 +127,109 @@ TEST(KdaMath, F16RoundsToNearestEvenWithSubnormals) {
     ASSERT_EQ(double(math::to_f32(math::f32_to_f16(x))), half_rounded(x)) << x;
   }
   EXPECT_EQ(math::f32_to_f16(-0.0f).bits, 0x8000u);
+}
+
+// Random123's known-answer vectors for Philox4x32-10 (its kat_vectors file; cuRAND's Philox4_32_10
+// gives the same), through the draws a store makes: counter {group, layer_head, store, counter}.
+TEST(Rounding, PhiloxGivesItsPublishedTestVectors) {
+  struct Vector {
+    uint32_t ctr[4], key[2], out[4];
+  };
+  const Vector vectors[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}, {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}, {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (const Vector& v : vectors) {
+    math::StoreDraws d;
+    d.stochastic = true;
+    d.key0 = v.key[0];
+    d.key1 = v.key[1];
+    d.layer_head = v.ctr[1];
+    d.store = v.ctr[2];
+    d.counter = v.ctr[3];
+    uint32_t out[4];
+    d.draw4(v.ctr[0], out);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], v.out[i]) << std::hex << "word " << i << " of ctr " << v.ctr[0];
+  }
+  // store_draws puts its fields where the counter says.
+  const math::StoreDraws d = math::store_draws(true, 0x0123456789abcdefull, 7, 3, 5, 2);
+  EXPECT_EQ(d.key0, 0x89abcdefu);
+  EXPECT_EQ(d.key1, 0x01234567u);
+  EXPECT_EQ(d.layer_head, (3u << 16) | 5u);
+  EXPECT_EQ(d.store, 2u);
+  EXPECT_EQ(d.counter, 7u);
+}
+
+// The two 16-bit values around x (x itself when it is one) as doubles, by the nearest rounding and the
+// next value away from zero.
+template <class T>
+std::pair<double, double> neighbours(float x) {
+  const T n = math::from_f32<T>(x);
+  const double near = double(math::to_f32(n));
+  if (near == double(x)) return {near, near};
+  T other = n;
+  // The other neighbour is one step toward x from the nearest one (sign-magnitude: bits +- 1).
+  const bool up = std::fabs(double(x)) > std::fabs(near);
+  other.bits = uint16_t(up ? n.bits + 1 : n.bits - 1);
+  const double o = double(math::to_f32(other));
+  return {std::min(near, o), std::max(near, o)};
+}
+
+// Stochastic rounding lands on one of x's two neighbours, with a mean that is x: over 40,000 draws its
+// mean error is within 5 standard errors of zero, a bound the nearest rounding's bias (a quarter step and
+// more, on the values chosen) fails. bf16 and f16, normal and f16-subnormal values, both signs.
+template <class T>
+void expect_unbiased(std::mt19937& rng, float lo_exp, float hi_exp) {
+  std::uniform_real_distribution<float> exponent(lo_exp, hi_exp), fraction(0.2f, 0.8f);
+  constexpr int kDraws = 40000;
+  r123::Philox4x32_R<10> philox;
+  for (int value = 0; value < 24; ++value) {
+    // A value a fraction 0.2..0.8 of a step above a representable one: nearest is biased by >= 0.2 step.
+    const float base = math::to_f32(math::from_f32<T>(std::exp2(exponent(rng)) * (value % 2 != 0 ? -1.0f : 1.0f)));
+    const auto [lo, hi] = neighbours<T>(std::nextafter(base, 2 * base));
+    const double step = hi - lo;
+    const float x = float(lo + fraction(rng) * step);
+    const auto [a, b] = neighbours<T>(x);
+    ASSERT_LT(a, b) << x << " is not between two values";
+    double sum = 0.0;
+    for (int i = 0; i < kDraws; i += 4) {
+      const r123::Philox4x32::ctr_type c = {{uint32_t(i), uint32_t(value), 0, 0}};
+      const r123::Philox4x32::key_type k = {{0x5eed, uint32_t(rng())}};
+      const r123::Philox4x32::ctr_type r = philox(c, k);
+      for (int j = 0; j < 4; ++j) {
+        const double y = double(math::to_f32(math::round_state<T>(x, true, r.v[j])));
+        ASSERT_TRUE(y == a || y == b) << x << " rounded to " << y << ", not a neighbour";
+        sum += y - double(x);
+      }
+    }
+    const double bound = 5.0 * 0.5 * (b - a) / std::sqrt(double(kDraws));
+    EXPECT_LE(std::fabs(sum / kDraws), bound) << "stochastic rounding of " << x << " is biased";
+    const double nearest_bias = std::fabs(double(math::to_f32(math::round_state<T>(x, false, 0))) - double(x));
+    EXPECT_GT(nearest_bias, bound) << "the bound would not catch the nearest rounding's bias at " << x;
+  }
+}
+
+TEST(Rounding, StochasticRoundingIsUnbiased) {
+  std::mt19937 rng(std::random_device{}());
+  expect_unbiased<math::bf16>(rng, -20.0f, 20.0f);
+  expect_unbiased<math::f16>(rng, -13.0f, 15.0f);   // normal halves
+  expect_unbiased<math::f16>(rng, -23.0f, -14.5f);  // subnormal halves: a step of 2^-24
+}
+
+// Infinities and NaN pass as the nearest rounding leaves them; exactly representable values stay.
+TEST(Rounding, StochasticRoundingKeepsSpecialsAndExactValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (uint32_t r : {0u, 0x8000u, 0xffffffffu}) {
+    EXPECT_EQ(math::round_state<math::bf16>(inf, true, r).bits, 0x7f80u);
+    EXPECT_EQ(math::round_state<math::f16>(-inf, true, r).bits, 0xfc00u);
+    EXPECT_TRUE(std::isnan(math::to_f32(math::round_state<math::f16>(std::nanf(""), true, r))));
+    EXPECT_EQ(math::to_f32(math::round_state<math::bf16>(1.5f, true, r)), 1.5f);
+    EXPECT_EQ(math::to_f32(math::round_state<math::f16>(-0.125f, true, r)), -0.125f);
+  }
+  // Two cvt-style pairs: the host's packing equals two nearest roundings.
+  EXPECT_EQ(math::pack2_rn<math::f16>(1.0f, -2.0f), 0x3c00u | (0xc000u << 16));
+  EXPECT_EQ(math::pack2_rn<math::bf16>(1.0f, -2.0f), 0x3f80u | (0xc000u << 16));
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ DTYPES = [  # (argument, the array as spoiled, the dtype's name)
     ("k", lambda c: torch.from_numpy(c.k).to(torch.float16), "float16"),  # q's is float32
     ("k", lambda c: c.k.astype(np.float64), "float64"),
     ("v", lambda c: c.v.astype(np.int8), "int8"),
-    ("initial_state", lambda c: c.pool.astype(np.float16), "float16"),
+    ("initial_state", lambda c: c.pool.astype(np.float64), "float64"),
     ("initial_state", lambda c: torch.from_numpy(c.pool).to(torch.complex64), "complex64"),
     ("output", lambda c: np.zeros(c.output.shape, np.uint8), "uint8"),
     ("ssm_state_indices", lambda c: c.indices.astype(np.int16), "int16"),

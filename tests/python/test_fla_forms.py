@@ -127,9 +127,27 @@ def test_sixteen_bit_io_with_its_own_or_fp32_gates(dtype):
     assert fla_err_ratio(want_final, final_full.numpy()) < FLA_RATIO
     assert not same(final_full, final), "full-precision gates change the state"
 
+    h0_16 = h0.to(torch.float16)  # an fp16 state (SPEC 13): rounded to nearest at the final store
+    state16 = h0_16.clone()
+    o16, final16 = kdagraph.recurrent_kda(*low, initial_state=state16, output_final_state=True, scale=0.1)
+    want_o, want_final = reference(*(x.float() for x in low), h0_16.float(), scale=0.1)
+    assert final16 is state16 and final16.dtype == torch.float16
+    assert fla_err_ratio(want_o, o16.float().numpy()) < FLA_RATIO
+    assert fla_err_ratio(want_final, final16.float().numpy()) < FLA_RATIO
+
     with pytest.raises(kdagraph.InvalidArgument) as e:  # g in fp32, beta not: refused by name
         kdagraph.recurrent_kda(*low[:3], g, low[4], initial_state=h0.clone(), output_final_state=True)
     assert e.value.argument in ("g", "beta") and "float32" in str(e.value)
+
+
+def test_the_verifier_takes_a_state_rounding_and_names_a_bad_one():
+    """SPEC 13: Verifier(rounding=...) over a 16-bit state; another name is refused by name."""
+    kw = dict(layers=1, heads=1, value_heads=2, head_k=16, head_v=16, slots=4, scratch_steps=4, max_rows=2, tokens=2)
+    for state in ("bfloat16", "float16"):
+        kdagraph.Verifier(state_dtype=state, rounding="stochastic", **kw)
+    with pytest.raises(kdagraph.InvalidArgument) as e:
+        kdagraph.Verifier(state_dtype="float16", rounding="up", **kw)
+    assert e.value.argument == "rounding" and "stochastic" in str(e.value)
 
 
 def varlen_inputs(gen, lengths, H=2, G=2, D=32, rows=None):
