@@ -7,5 +7,6 @@ namespace kdagraph::cli {
 // argv[0] is the program, argv[1] the subcommand; options start at argv[2].
 int run_command(int argc, char** argv);
 int bench_command(int argc, char** argv);
+int drift_command(int argc, char** argv);
 
 }  // namespace kdagraph::cli

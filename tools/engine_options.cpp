@@ -21,7 +21,6 @@ const std::vector<Preset>& presets() {
 const std::vector<std::string> kModeNames = {"two-phase", "fused-accept", "replay"};
 const std::vector<std::string> kExecNames = {"eager", "graph"};
 const std::vector<std::string> kDTypeNames = {"f32", "bf16", "f16"};
-const std::vector<std::string> kStateDTypeNames = {"f32", "bf16"};
 
 namespace {
 
@@ -84,8 +83,8 @@ void add_model_options(OptionTable& t, ModelOptions& m) {
           [&m](const std::string& o, const std::string& v) { m.head_dim = int32_t(parse_int(o, v, 1, 512)); });
   t.value("dtype", "f32|bf16|f16", "dtype of the per-layer inputs and outputs (default f32)",
           [&m](const std::string& o, const std::string& v) { m.io = DType(parse_choice(o, v, kDTypeNames)); });
-  t.value("state-dtype", "f32|bf16", "dtype the recurrent state is stored in (default f32)",
-          [&m](const std::string& o, const std::string& v) { m.state = DType(parse_choice(o, v, kStateDTypeNames)); });
+  t.value("state-dtype", "f32|bf16|f16", "dtype the recurrent state is stored in (default f32)",
+          [&m](const std::string& o, const std::string& v) { m.state = DType(parse_choice(o, v, kDTypeNames)); });
 }
 
 void add_backend_option(OptionTable& t, BackendChoice& choice) {

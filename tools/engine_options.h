@@ -47,8 +47,7 @@ Backend resolve_backend(BackendChoice choice);
 
 extern const std::vector<std::string> kModeNames;  // indexed by Mode
 extern const std::vector<std::string> kExecNames;  // indexed by Exec
-extern const std::vector<std::string> kDTypeNames;       // indexed by DType
-extern const std::vector<std::string> kStateDTypeNames;  // the state's, indexed by DType
+extern const std::vector<std::string> kDTypeNames;  // indexed by DType
 
 // One engine of the command line: Kimi Linear's preprocessing (L2 norm on q and k, softplus gate in
 // the kernel, beta as a logit), S = T scratch steps, max_rows = batch.

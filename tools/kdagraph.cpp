@@ -1,6 +1,6 @@
-// The `kdagraph` command line: `run` (the host engine of SPEC §8) and `bench` (the sweeps). Every
-// refusal is a message and an exit status, never a stack trace: 2 for a bad command line, 1 for an error
-// at run time, 3 for a failed --check.
+// The `kdagraph` command line: `run` (the host engine of SPEC §8), `bench` (the sweeps) and `drift`
+// (SPEC §13). Every refusal is a message and an exit status, never a stack trace: 2 for a bad command
+// line, 1 for an error at run time, 3 for a failed --check.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -19,6 +19,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  run     decode rounds with the host engine and print a summary (--check compares with the CPU reference)\n"
     "  bench   time rounds over modes, executions, batch sizes and draft lengths; CSV and markdown\n"
+    "  drift   how far fp32, bf16 and f16 states drift from fp64 over many rounds, each mode and rounding\n"
     "\n"
     "kdagraph <command> --help lists a command's options.\n";
 
@@ -40,17 +41,18 @@ std::string option_for(const std::string& argument) {
 
 int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
-  const bool known = command == "run" || command == "bench";
+  const bool known = command == "run" || command == "bench" || command == "drift";
   const std::string program = known ? "kdagraph " + command : "kdagraph";
   try {
     if (command == "run") return kdagraph::cli::run_command(argc, argv);
     if (command == "bench") return kdagraph::cli::bench_command(argc, argv);
+    if (command == "drift") return kdagraph::cli::drift_command(argc, argv);
     if (command == "--help" || command == "-h" || command == "help") {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (command.empty()) throw kdagraph::cli::UsageError("a command is needed: run or bench");
-    throw kdagraph::cli::UsageError("unknown command '" + command + "' (allowed: run, bench)");
+    if (command.empty()) throw kdagraph::cli::UsageError("a command is needed: run, bench or drift");
+    throw kdagraph::cli::UsageError("unknown command '" + command + "' (allowed: run, bench, drift)");
   } catch (const kdagraph::cli::UsageError& e) {
     std::fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
     std::fprintf(stderr, "(%s --help lists the %s)\n", program.c_str(), known ? "options" : "commands");

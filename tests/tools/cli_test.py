@@ -90,14 +90,15 @@ ERRORS = {
     "error_backend": (["run", "--backend", "tpu"], ["--backend", "auto", "cpu", "cuda"]),
     "error_draft_negative": (["run", "--draft", "-1"], ["--draft", "-1"]),
     "error_dtype": (["run", "--dtype", "f64"], ["--dtype", "f32", "bf16", "f16"]),
-    "error_state_dtype": (["run", "--state-dtype", "f16"], ["--state-dtype", "f32", "bf16"]),
+    "error_state_dtype": (["run", "--state-dtype", "f64"], ["--state-dtype", "f32", "bf16", "f16"]),
     "error_preset": (["run", "--preset", "huge"], ["--preset", "tiny", "kimi-linear-48b"]),
     "error_heads_grouping": (["run", "--heads", "3", "--value-heads", "4"], ["--value-heads", "--heads"]),
     "error_slots_below_batch": (["run", "--batch", "4", "--slots", "2"], ["--slots", "--batch"]),
     "error_flag_with_value": (["run", "--check=yes"], ["--check"]),
     "error_stray_argument": (["run", "fast"], ["fast"]),
-    "error_unknown_command": (["frobnicate"], ["frobnicate", "run", "bench"]),
-    "error_no_command": ([], ["run", "bench"]),
+    "error_unknown_command": (["frobnicate"], ["frobnicate", "run", "bench", "drift"]),
+    "error_no_command": ([], ["run", "bench", "drift"]),
+    "error_drift_states": (["drift", "--states", "f32,f64"], ["--states", "f64"]),
     "error_bench_modes": (["bench", "--modes", "two-phase,bogus"], ["--modes", "bogus"]),
     "error_bench_batches": (["bench", "--batches", "1,0"], ["--batches", "0"]),
     "error_bench_sampler": (["bench", "--sampler", "sideways"], ["--sampler", "in", "out"]),
@@ -142,6 +143,51 @@ def error_cuda_unavailable():
     if p.returncode != 2 or "--backend" not in p.stderr:
         raise Failure(f"--backend cuda without a device exited {p.returncode}:\n{p.stderr}")
     print(p.stderr.strip())
+
+
+# ---------------------------------------------------------------------------------------------------
+# drift (SPEC 13)
+# ---------------------------------------------------------------------------------------------------
+
+
+@case
+def drift_reports_every_configuration_against_fp64():
+    """A short drift run: every mode x storage x rounding of each workload, with checkpoints 10 and R; an
+    fp32 state within fp32 error of the fp64 recurrence, a 16-bit one within its own (and not exact),
+    f16 (11 bits) closer than bf16 (8 bits); the plot script draws the JSON."""
+    path = os.path.join(work_dir(), "drift.json")
+    p = expect_ok(["drift", "--rounds", "30", "--batch", "2", "--head-dim", "16", "--json", "--json-file", path])
+    drift = json.loads(p.stdout)
+    with open(path) as f:
+        if json.load(f) != drift:
+            raise Failure("--json-file differs from --json")
+    if [w["name"] for w in drift["workloads"]] != ["typical", "slow", "sparse"]:
+        raise Failure(f"workloads: {[w['name'] for w in drift['workloads']]}")
+    for w in drift["workloads"]:
+        configs = {c["label"]: c for c in w["configurations"]}
+        if len(configs) != 15:  # 3 modes x (f32 + 2 dtypes x 2 roundings)
+            raise Failure(f"{w['name']}: {sorted(configs)}")
+        for label, c in configs.items():
+            if [x["round"] for x in c["checkpoints"]] != [10, 30]:
+                raise Failure(f"{label}: checkpoints {c['checkpoints']}")
+            worst = max(max(x["output_error"], x["state_error"]) for x in c["checkpoints"])
+            best = min(min(x["output_error"], x["state_error"]) for x in c["checkpoints"])
+            bound, floor = (1e-5, 0.0) if c["state"] == "f32" else (5e-2, 1e-5)
+            if not floor <= best and worst <= bound:
+                raise Failure(f"{w['name']} {label}: errors {c['checkpoints']} outside [{floor}, {bound}]")
+            if not floor < best:
+                raise Failure(f"{w['name']} {label}: a 16-bit state matched fp64 exactly: {c['checkpoints']}")
+        for mode in ("two-phase", "fused-accept", "replay"):
+            f16 = configs[f"{mode} f16 nearest"]["checkpoints"][-1]["state_error"]
+            bf16 = configs[f"{mode} bf16 nearest"]["checkpoints"][-1]["state_error"]
+            if not f16 < bf16:
+                raise Failure(f"{w['name']} {mode}: f16 state error {f16} not below bf16's {bf16}")
+    if ARGS.drift_plot:
+        q = subprocess.run([sys.executable, ARGS.drift_plot, path, "--out", os.path.join(work_dir(), "drift.png")],
+                           capture_output=True, text=True)
+        if q.returncode != 0 or not os.path.getsize(os.path.join(work_dir(), "drift.png")):
+            raise Failure(f"drift_plot.py failed:\n{q.stderr}")
+    print(json.dumps(drift["workloads"][1]["configurations"][1]["checkpoints"]))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -895,6 +941,7 @@ def main():
     ap.add_argument("--nvtx-off-cli", help="the command line built with NVTX compiled out")
     ap.add_argument("--nvtx-compiled-out", action="store_true", help="--cli itself has NVTX compiled out")
     ap.add_argument("--plot", help="profiling/plot.py")
+    ap.add_argument("--drift-plot", help="profiling/drift_plot.py")
     ap.add_argument("--work", help="a folder for the files the cases write")
     ap.add_argument("case", nargs="?")
     ARGS = ap.parse_args()
