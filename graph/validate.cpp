@@ -31,12 +31,23 @@ bool is_mode(Mode m) {
 bool is_dtype(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 bool is_rounding(Rounding r) { return r == Rounding::nearest || r == Rounding::stochastic; }
 
-// SPEC §13 on CUDA: stochastic rounding into a 16-bit state is built for 16-bit io (verify_stochastic.cu).
-void require_cuda_rounding(const char* where, const RoundSpec& spec, DType state, Backend backend) {
-  if (backend != Backend::cuda || !needs_rounding_state(spec, state)) return;
-  require(spec.io_dtype != DType::f32, where, "pool.rounding",
-          "= stochastic with io_dtype = f32: on CUDA stochastic rounding is built for bf16 and f16 io (the CPU "
-          "backend has every pair)");
+// The (io, state) pairs and the rounding the CUDA verify is built for (kernels/verify.h,
+// verify_cuda_dtypes); the CPU backend has every pair.
+void require_cuda_dtypes(const char* where, const RoundSpec& spec, DType state, Backend backend) {
+#if defined(KDAGRAPH_WITH_CUDA)
+  if (backend != Backend::cuda) return;
+  require(verify_cuda_dtypes(spec.io_dtype, state), where, "io_dtype", [&] {
+    return std::string("= ") + to_string(spec.io_dtype) + " with a " + to_string(state) +
+           " state: on CUDA a 16-bit state goes with f32 io or io of its own dtype (the CPU backend has every pair)";
+  });
+  if (needs_rounding_state(spec, state))
+    require(verify_cuda_stochastic(spec.io_dtype, state), where, "pool.rounding", [&] {
+      return std::string("= stochastic with io_dtype = ") + to_string(spec.io_dtype) +
+             ": on CUDA stochastic rounding goes with io of the state's dtype (the CPU backend has every pair)";
+    });
+#else
+  (void)where, (void)spec, (void)state, (void)backend;  // a CUDA backend is refused on its own
+#endif
 }
 
 }  // namespace
@@ -45,7 +56,7 @@ void validate(const VerifierConfig& c) {
   const char* where = "VerifierConfig";
   require(c.backend == Backend::cpu || c.backend == Backend::cuda, where, "backend", "is not cpu or cuda");
   detail::validate_spec(where, round_spec(c), c.backend);
-  require_cuda_rounding(where, round_spec(c), c.pool.state_dtype, c.backend);
+  require_cuda_dtypes(where, round_spec(c), c.pool.state_dtype, c.backend);
   require_in_range(where, "pool.slots", c.pool.slots, 1, int64_t(1) << 20);
   require_in_range(where, "pool.scratch_steps", c.pool.scratch_steps, 1, 64);
   require_in_range(where, "tokens", c.tokens, 1, c.pool.scratch_steps);
@@ -244,7 +255,7 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
     });
   }
   validate_conv_storage(where, spec, st, backend);
-  require_cuda_rounding(where, spec, st.pool.dtype, backend);
+  require_cuda_dtypes(where, spec, st.pool.dtype, backend);
   require_buffer(where, "storage.accept_len", st.accept_len, alignof(int32_t));
   if (needs_rounding_state(spec, st.pool.dtype)) {
     require_buffer(where, "storage.rounding_seed", st.rounding_seed, alignof(uint64_t));

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kdagraph/error.hpp"
 #include "kernels/launch_checks.h"
@@ -61,21 +62,26 @@ cudaError_t launch_chain(const VerifyParams& p, Launch on) {
 
 template <int K, class IoT, class StateT>
 cudaError_t launch_tiles(const VerifyParams& p, Launch on) {
-  if constexpr (sizeof(IoT) == 2 && sizeof(StateT) == 2)
+  if constexpr (sizeof(StateT) == 2 && std::is_same_v<IoT, StateT>)
     if (p.rounding == Rounding::stochastic) return verify_detail::launch_stochastic<K, IoT, StateT>(p, on);
   if (p.parent != nullptr) return verify_detail::launch_tree<K, IoT, StateT>(p, on);
   return launch_chain<K, IoT, StateT>(p, on);
 }
 
 // The one place run-time sizes and dtypes become template parameters.
+// The pairs of verify_cuda_dtypes (kernels/verify.h); launch_verify refuses the others first.
 template <int K, class IoT>
 cudaError_t dispatch_state(const VerifyParams& p, Launch on) {
   switch (p.pool.dtype) {
     case DType::f32: return launch_tiles<K, IoT, float>(p, on);
-    case DType::bf16: return launch_tiles<K, IoT, bf16>(p, on);
-    case DType::f16: return launch_tiles<K, IoT, math::f16>(p, on);
+    case DType::bf16:
+      if constexpr (!std::is_same_v<IoT, math::f16>) return launch_tiles<K, IoT, bf16>(p, on);
+      break;
+    case DType::f16:
+      if constexpr (!std::is_same_v<IoT, bf16>) return launch_tiles<K, IoT, math::f16>(p, on);
+      break;
   }
-  return cudaErrorInvalidValue;  // not a DType: validation refuses it first
+  return cudaErrorInvalidValue;
 }
 
 template <int K>
@@ -142,9 +148,13 @@ cudaError_t launch_verify(const VerifyParams& p, Launch on) {
     detail::require_state_view(where, "ring_kg", p.ring_kg, p.io_dtype, layout.kg_row_elems());
     detail::require_state_view(where, "ring_u", p.ring_u, DType::f32, layout.u_row_elems());
   }
+  require(verify_cuda_dtypes(p.io_dtype, p.pool.dtype), where, "io_dtype", [&] {
+    return std::string("= ") + to_string(p.io_dtype) + " with a " + to_string(p.pool.dtype) +
+           " state: the CUDA verify is built for a 16-bit state with f32 io or io of its own dtype";
+  });
   if (p.rounding == Rounding::stochastic && p.pool.dtype != DType::f32) {
-    require(verify_detail::stochastic_supported(p.io_dtype, p.pool.dtype), where, "io_dtype", [&] {
-      return std::string("= ") + to_string(p.io_dtype) + ": stochastic rounding on CUDA is built for bf16 and f16 io";
+    require(verify_cuda_stochastic(p.io_dtype, p.pool.dtype), where, "io_dtype", [&] {
+      return std::string("= ") + to_string(p.io_dtype) + ": stochastic rounding on CUDA is built for io of the state's dtype";
     });
     require(p.slot_list != nullptr || p.row_slot != nullptr, where, "row_slot", "is null: stochastic rounding keys each row's draws by its slot");
     detail::require_buffer(where, "rounding_seed", p.rounding_seed, alignof(uint64_t));

@@ -255,6 +255,14 @@ KDA_HD uint32_t flush_store(const VerifyParams& p) {
   return p.slot_list != nullptr ? math::kStoreMaterialize : math::kStoreFlush;
 }
 
+// The (io, state) dtype pairs the CUDA verify is built for (each pair is a set of kernels, and the build's
+// time is CI's budget): an fp32 state with any io, a 16-bit state with fp32 io or io of its own dtype;
+// stochastic rounding with io of the state's dtype. The CPU backend has every pair.
+constexpr bool verify_cuda_dtypes(DType io, DType state) {
+  return state == DType::f32 || io == DType::f32 || io == state;
+}
+constexpr bool verify_cuda_stochastic(DType io, DType state) { return state != DType::f32 && io == state; }
+
 // Host backend: both cores over the independent (row, head) units. Runs now.
 void verify_cpu(const VerifyParams& p);
 

@@ -46,13 +46,8 @@ template <int K, class IoT, class StateT>
 cudaError_t launch_tree(const VerifyParams& p, Launch on);
 
 // Stochastic rounding into a 16-bit state (SPEC §13), chains and trees, the conv fused or not, compiled
-// in kernels/verify_stochastic.cu for 16-bit io (bf16, f16) and K = 64, 128.
+// in kernels/verify_stochastic.cu for io of the state's dtype (bf16 or f16) and K = 64, 128.
 template <int K, class IoT, class StateT>
 cudaError_t launch_stochastic(const VerifyParams& p, Launch on);
-
-// Whether the CUDA verify has stochastic rounding for these dtypes: 16-bit io and state.
-constexpr bool stochastic_supported(DType io, DType state) {
-  return io != DType::f32 && state != DType::f32;
-}
 
 }  // namespace kdagraph::verify_detail

@@ -1,7 +1,7 @@
 // SPEC §13: the verify whose state stores round stochastically, the family's kernel (kernels/
 // verify_kernel.cuh) with kStochastic on the narrow tile at two blocks an SM, chains and trees, the conv
-// fused or not, in a unit of its own. Built for 16-bit io and state only (bf16, f16; the engines' choice
-// with a 16-bit state), to keep the build's kernel count down.
+// fused or not, in a unit of its own. Built for io of the state's dtype only (bf16 or f16, the engines'
+// choice with a 16-bit state: verify_cuda_stochastic), to keep the build's kernel count down.
 #include "kernels/verify_kernel.cuh"
 #include "kernels/verify_shapes.cuh"
 
@@ -21,12 +21,8 @@ cudaError_t launch_stochastic(const VerifyParams& p, Launch on) {
 }
 
 template cudaError_t launch_stochastic<128, bf16, bf16>(const VerifyParams&, Launch);
-template cudaError_t launch_stochastic<128, bf16, math::f16>(const VerifyParams&, Launch);
-template cudaError_t launch_stochastic<128, math::f16, bf16>(const VerifyParams&, Launch);
 template cudaError_t launch_stochastic<128, math::f16, math::f16>(const VerifyParams&, Launch);
 template cudaError_t launch_stochastic<64, bf16, bf16>(const VerifyParams&, Launch);
-template cudaError_t launch_stochastic<64, bf16, math::f16>(const VerifyParams&, Launch);
-template cudaError_t launch_stochastic<64, math::f16, bf16>(const VerifyParams&, Launch);
 template cudaError_t launch_stochastic<64, math::f16, math::f16>(const VerifyParams&, Launch);
 
 }  // namespace kdagraph::verify_detail

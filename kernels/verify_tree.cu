@@ -21,18 +21,14 @@ template cudaError_t launch_tree<128, float, bf16>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<128, float, math::f16>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<128, bf16, float>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<128, bf16, bf16>(const VerifyParams&, Launch);
-template cudaError_t launch_tree<128, bf16, math::f16>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<128, math::f16, float>(const VerifyParams&, Launch);
-template cudaError_t launch_tree<128, math::f16, bf16>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<128, math::f16, math::f16>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<64, float, float>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<64, float, bf16>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<64, float, math::f16>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<64, bf16, float>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<64, bf16, bf16>(const VerifyParams&, Launch);
-template cudaError_t launch_tree<64, bf16, math::f16>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<64, math::f16, float>(const VerifyParams&, Launch);
-template cudaError_t launch_tree<64, math::f16, bf16>(const VerifyParams&, Launch);
 template cudaError_t launch_tree<64, math::f16, math::f16>(const VerifyParams&, Launch);
 
 }  // namespace kdagraph::verify_detail
