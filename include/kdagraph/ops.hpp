@@ -142,8 +142,8 @@ struct RoundSpec {
 inline constexpr int32_t kMaxCudaTreeTokens = 16;
 
 // One layer's inputs for a batch of rows, in backend memory, row-major with the last dim contiguous, in
-// the io dtype (g and beta: see gate_f32). q, k, v, g and o are 16-byte aligned; q, k and v may be strided views (their strides
-// multiples of 16 bytes), the others are compact.
+// the io dtype (g and beta: see gate_f32). q, k, v, g and o are 16-byte aligned; q, k and v may be
+// strided views (their strides multiples of 16 bytes), the others are compact.
 struct LayerInputs {
   const void* q = nullptr;         // [rows, T, H, K]
   const void* k = nullptr;         // [rows, T, H, K]
