@@ -1,4 +1,4 @@
-// SPEC §5: capturing a round into a graph and replaying it, on either backend, as RAII owners. On CUDA
+// docs/graphs.md: capturing a round into a graph and replaying it, on either backend, as RAII owners. On CUDA
 // a stream capture in thread-local mode, instantiated and uploaded; on the CPU the twin of
 // graph/cpu_capture.h, which records the round's closures with their parameters frozen.
 #pragma once

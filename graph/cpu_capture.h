@@ -1,4 +1,4 @@
-// The CPU backend's twin of CUDA stream capture (SPEC §5): while a thread has a capture open, work the
+// The CPU backend's twin of CUDA stream capture (docs/graphs.md): while a thread has a capture open, work the
 // library submits on the CPU backend is recorded, with its parameters frozen, instead of run. Replaying
 // the recording runs the nodes in order against the same static buffers, as a CUDA graph does.
 #pragma once

@@ -19,7 +19,7 @@ namespace kdagraph::detail {
 
 // [TAG_PDL] On the CPU backend every operation has run when it returns. In the SIMT test build
 // (tests/simt/) the CPU backend runs the CUDA kernels on the executor, which models programmatic
-// dependent launch (SPEC §5) by holding a kernel at its grid_dependency_wait until the next kernel has run
+// dependent launch (docs/graphs.md) by holding a kernel at its grid_dependency_wait until the next kernel has run
 // up to its own. There an operation completes its kernels before it returns, except inside cpu_round:
 // the enqueues of one round (an eager round, a CPU graph's replay) overlap as a GPU may run them, and
 // have completed when cpu_round returns. Copies, fills and host work complete them before they run.
@@ -47,7 +47,7 @@ void cpu_round(const Stream& s, F&& enqueue_round) {
 }
 
 // Enqueues operation Op with parameters `p` on `s`; with `pdl` its kernel may start while the kernel
-// before it on the stream still runs (SPEC §5, RoundSpec::pdl). Stream-ordered; allocates nothing on
+// before it on the stream still runs (docs/graphs.md, RoundSpec::pdl). Stream-ordered; allocates nothing on
 // the device.
 template <class Op>
 void enqueue(const Stream& s, const typename Op::Params& p, bool pdl) {

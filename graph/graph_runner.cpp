@@ -1,4 +1,4 @@
-// SPEC §5: buckets, capture, instantiate, upload, replay.
+// docs/graphs.md: buckets, capture, instantiate, upload, replay.
 #include "kdagraph/graph_runner.hpp"
 
 #include <algorithm>
@@ -124,7 +124,7 @@ bool GraphRunner::sampler_in_round() const {
 void GraphRunner::enqueue_body(const Stream& s, int32_t rows, bool with_sampler) {
   // Every layer's inputs are checked before any work is enqueued: a round refused at layer l after
   // layers 0 to l - 1 ran would already have overwritten the rows their next seed reads (the scratch in
-  // fused accept, the pool in replay), and the refusal must change nothing (SPEC §6).
+  // fused accept, the pool in replay), and the refusal must change nothing (docs/errors.md).
   const RoundSpec& spec = verifier_.spec();
   const bool fused = fuses_conv(verifier_.config());  // one kernel per layer: q, k and v stay in it
   for (int32_t l = 0; l < spec.model.layers; ++l) {

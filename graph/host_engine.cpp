@@ -1,4 +1,4 @@
-// The host engine of SPEC §8. Host decisions (who joins, retires, is batched) come from a std RNG seeded
+// The host engine of docs/cli.md. Host decisions (who joins, retires, is batched) come from a std RNG seeded
 // with the config's seed; every number the device sees comes from kernels/synthetic.h.
 #include "kdagraph/host_engine.hpp"
 
@@ -27,7 +27,7 @@ void validate(const HostEngineConfig& c) {
   if (c.tree > 0) {
     VerifierConfig with_trees = c.verifier;
     with_trees.trees = true;
-    validate(with_trees);  // what trees ask of the rest (SPEC §12)
+    validate(with_trees);  // what trees ask of the rest (docs/trees.md)
   }
 }
 
@@ -116,7 +116,7 @@ struct HostEngine::Impl {
 
   Verifier::BatchBuffers bb() const { return verifier.batch_buffers(); }
 
-  // SPEC §9: x [N, T, C] each round, the layers' weights [C, W] (hashed, no bias, as Kimi-Linear), and
+  // docs/conv.md: x [N, T, C] each round, the layers' weights [C, W] (hashed, no bias, as Kimi-Linear), and
   // the window a joining request brings.
   void allocate_conv() {
     const VerifierConfig& vc = cfg.verifier;
@@ -197,7 +197,7 @@ struct HostEngine::Impl {
     return cfg.tree > 0 ? accept_index.as<int32_t>() : accepted.as<int32_t>();
   }
 
-  // SPEC §12: the round's trees, written where the index build reads them.
+  // docs/trees.md: the round's trees, written where the index build reads them.
   void draft_trees(const Stream& s, int32_t rows) {
     SyntheticTreeParams p;
     p.seed = cfg.seed;

@@ -1,4 +1,4 @@
-// SPEC §10: the operations of a round over caller-owned buffers. Each validates, then builds its
+// docs/ops.md: the operations of a round over caller-owned buffers. Each validates, then builds its
 // kernel's parameters (graph/ops_params.h) and enqueues them through the backend seam (graph/dispatch.h).
 #include "kdagraph/ops.hpp"
 
@@ -120,7 +120,7 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
   validate_round(where, s, spec, storage, idx, batch.rows);
   detail::validate_batch_view(where, batch);
   require(spec.trees || batch.parent == nullptr, where, "batch.parent",
-          "is set but spec.trees is not: set trees to verify token trees (SPEC §12)");
+          "is set but spec.trees is not: set trees to verify token trees (docs/trees.md)");
   if (batch.parent != nullptr) detail::require_buffer(where, "batch.parent", batch.parent, alignof(int32_t));
   nvtx::Scoped range(nvtx::Range::index_build, batch.rows);
   IndexBuildParams p = detail::index_params(spec, storage, batch);
@@ -174,7 +174,7 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
   }
   detail::require_buffer(where, "idx.write_row", idx.write_row, alignof(int32_t));
   require(spec.trees || idx.parent == nullptr, where, "idx.parent",
-          "is set but spec.trees is not: set trees to verify token trees (SPEC §12)");
+          "is set but spec.trees is not: set trees to verify token trees (docs/trees.md)");
   if (idx.parent != nullptr) detail::require_buffer(where, "idx.parent", idx.parent, alignof(int32_t));
   detail::validate_layer_inputs(where, in, spec);
   if (errors != nullptr) detail::require_buffer(where, "errors", errors, alignof(DeviceErrorWord));
@@ -249,7 +249,7 @@ void short_conv(const Stream& s, const ShortConvCall& c) {
   in.out[0] = ConvOutputSegment{c.conv.channels, c.y};
   detail::validate_conv_inputs(where, in, c.conv.channels, c.io_dtype);
   // One layer's view, validated like a round's (a spec of one layer that no conv shape constrains) but
-  // with rows that start at any element: SPEC §11 takes any C, where a round's views keep 16 bytes.
+  // with rows that start at any element: docs/python.md takes any C, where a round's views keep 16 bytes.
   RoundSpec one_layer;
   one_layer.model.layers = 1;
   const int32_t row_align = int32_t(dtype_size(c.io_dtype));
@@ -378,7 +378,7 @@ void materialize(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
       char arg[2][48];  // the layer's argument names, with no allocation
       std::snprintf(arg[0], sizeof arg[0], "gates[%d].A_log", int(l));
       std::snprintf(arg[1], sizeof arg[1], "gates[%d].dt_bias", int(l));
-      // An absent parameter is zeros (SPEC §11), as in the verify that wrote the records.
+      // An absent parameter is zeros (docs/python.md), as in the verify that wrote the records.
       if (gates[l].A_log != nullptr) detail::require_buffer(where, arg[0], gates[l].A_log, alignof(float));
       if (gates[l].dt_bias != nullptr) detail::require_buffer(where, arg[1], gates[l].dt_bias, alignof(float));
     }

@@ -1,4 +1,4 @@
-// SPEC §10: the kernels' parameters of the operations over caller-owned buffers (kdagraph/ops.hpp), from
+// docs/ops.md: the kernels' parameters of the operations over caller-owned buffers (kdagraph/ops.hpp), from
 // their validated arguments. Apart from the operations (graph/ops.cpp), which enqueue them, the verify
 // sweep (profiling/bench_verify_sweep.cu) and the SIMT tests of the kernel family launch other members of
 // the family on a round's very parameters.

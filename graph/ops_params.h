@@ -1,4 +1,4 @@
-// SPEC §10: the kernels' parameters of the operations over caller-owned buffers (kdagraph/ops.hpp), built
+// docs/ops.md: the kernels' parameters of the operations over caller-owned buffers (kdagraph/ops.hpp), built
 // from arguments the operation has validated: graph/ops.cpp enqueues them; the verify sweep
 // (profiling/bench_verify_sweep.cu) and tests/simt/verify_family_simt_test.cpp launch the kernel family's
 // other members on the very parameters a round's verify gets. Host code; nothing here checks.
@@ -33,7 +33,7 @@ ConvWindowParams window_params(const RoundSpec& spec, const SlotStorage& st, int
 // pre-round data (VerifyParams::pre_round).
 IndexBuildParams index_params(const RoundSpec& spec, const SlotStorage& storage, const BatchView& batch);
 // A round's verify of layer `layer` with its inputs and the round's indices; with `batch`, the pre-round
-// data its early loads follow (SPEC §5).
+// data its early loads follow (docs/graphs.md).
 VerifyParams round_verify_params(const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                                  int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch);
 // A round's conv of layer `layer` over the round's indices, its outputs those of `in`.

@@ -240,7 +240,7 @@ void validate_storage(const char* where, const RoundSpec& spec, const SlotStorag
     });
     validate_view(where, "storage.ring_u", st.ring_u, spec, st.slots, ring_u_row_elems(spec), backend);
     require(st.ring_u.dtype == DType::f32, where, "storage.ring_u.dtype",
-            [&] { return std::string("= ") + to_string(st.ring_u.dtype) + ": a record's u is f32 (SPEC §3)"; });
+            [&] { return std::string("= ") + to_string(st.ring_u.dtype) + ": a record's u is f32 (docs/modes.md)"; });
     require_buffer(where, "storage.ring_pending", st.ring_pending, alignof(int32_t));
     require_buffer(where, "storage.ring_start", st.ring_start, alignof(int32_t));
   }
@@ -400,7 +400,7 @@ void validate_layer_inputs(const char* where, const LayerInputs& in, const Round
   require(!in.gate_f32 || c.io_dtype == DType::f32 || !mode_policy(c.mode).ring, where, "gate_f32",
           [&] { return std::string("is set with io_dtype = ") + to_string(c.io_dtype) +
                        " in replay mode: the ring keeps g in the io dtype; pass g in it"; });
-  // The gate parameters may be absent (zeros, SPEC §11), per value head or per query/key head.
+  // The gate parameters may be absent (zeros, docs/python.md), per value head or per query/key head.
   if (in.A_log != nullptr) require_buffer(where, "A_log", in.A_log, 4);
   if (in.dt_bias != nullptr) require_buffer(where, "dt_bias", in.dt_bias, 4);
   const ModelShape& m = c.model;

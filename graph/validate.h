@@ -1,4 +1,4 @@
-// SPEC §6, §10: host-side validation, one function per concept. Each throws InvalidArgument naming the
+// docs/errors.md, docs/ops.md: host-side validation, one function per concept. Each throws InvalidArgument naming the
 // entry point, the argument, its value and the allowed range, before anything is enqueued.
 #pragma once
 
@@ -12,7 +12,7 @@
 namespace kdagraph::detail {
 
 // The round's shape, options and mode, and what `backend` supports of them.
-// Replay's ring (SPEC §3): 2 T <= R <= 65536 and 0 <= flush_min <= R - T, named `name`.records and
+// Replay's ring (docs/modes.md): 2 T <= R <= 65536 and 0 <= flush_min <= R - T, named `name`.records and
 // `name`.flush_min.
 void validate_ring(const char* where, const char* name, const ReplayRing& ring, int32_t tokens);
 void validate_spec(const char* where, const RoundSpec& spec, Backend backend);
@@ -24,8 +24,8 @@ void validate_state_view(const char* where, const char* name, const StateView& v
                          int64_t min_rows, Backend backend);
 // One view `name`: dtype, spec.model.layers layers, at least `min_rows` rows of at least `row_elems`
 // elements, exactly one of base and layer table. Rows, layers and the base start at multiples of
-// `row_align_bytes`: 16 for every view of a round (SPEC §10), one element for short_conv's conv state
-// (SPEC §11: any channel count). A table's entries are 16-byte aligned whatever the rows (layer_base).
+// `row_align_bytes`: 16 for every view of a round (docs/ops.md), one element for short_conv's conv state
+// (docs/python.md: any channel count). A table's entries are 16-byte aligned whatever the rows (layer_base).
 void validate_view(const char* where, const char* name, const StateView& v, const RoundSpec& spec,
                    int64_t min_rows, int64_t row_elems, Backend backend, int64_t row_align_bytes = 16);
 // Index arrays present, T matching the spec, and `rows` in [1, capacity].
@@ -39,10 +39,10 @@ void validate_layer_index(const char* where, int32_t layer, int32_t layers);
 void validate_slot(const char* where, int32_t slot, int32_t pool_slots);
 void validate_slot_list(const char* where, const int32_t* slots, int32_t count, int32_t pool_slots);
 void validate_accept_lengths(const char* where, const int32_t* accepted, int32_t n, int32_t tokens);
-// SPEC §12, host memory: `parent` [n, tokens], each row a token tree (parent[r][0] = -1, parent[r][t] in
+// docs/trees.md, host memory: `parent` [n, tokens], each row a token tree (parent[r][0] = -1, parent[r][t] in
 // [-1, t)), refused as "parent[r][t]".
 void validate_tree(const char* where, const int32_t* parent, int32_t n, int32_t tokens);
-// SPEC §12, host memory: `accept_index` [n, tokens], each row a path of `tree`'s row (from a child of the
+// docs/trees.md, host memory: `accept_index` [n, tokens], each row a path of `tree`'s row (from a child of the
 // seed down, -1 after its end), refused as "accept_index[r][i]".
 void validate_accept_paths(const char* where, const int32_t* accept_index, const int32_t* tree, int32_t n,
                            int32_t tokens);

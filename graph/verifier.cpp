@@ -1,4 +1,4 @@
-// The Verifier: an owner of the static buffers of SPEC §2 and §4 that runs the operations of
+// The Verifier: an owner of the static buffers of docs/storage.md, docs/indices.md that runs the operations of
 // include/kdagraph/ops.hpp on them. Host-data entry points validate and stage their data first, so a
 // rejected call changes nothing.
 #include "kdagraph/verifier.hpp"
@@ -169,7 +169,7 @@ struct Verifier::Impl {
     return z ^ (z >> 31);
   }
 
-  // The slots' first seeds and zero counters (SPEC §13).
+  // The slots' first seeds and zero counters (docs/low_precision.md).
   void allocate_rounding() {
     const size_t P = size_t(cfg.pool.slots);
     std::vector<uint64_t> words(P + (P + 1) / 2, 0);  // seeds, then the u32 counters two a word

@@ -1,4 +1,4 @@
-// SPEC §3 accept on the device: one thread per batch row runs accept_row, the CPU's own function; a
+// docs/modes.md accept on the device: one thread per batch row runs accept_row, the CPU's own function; a
 // replay round of token trees first moves its accepted records into place, a block per (row, layer).
 #include "kernels/accept.h"
 

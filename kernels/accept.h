@@ -1,10 +1,10 @@
-// SPEC §3: accepting a round. The sampler's accept lengths arrive in device memory, one per batch row.
+// docs/modes.md: accepting a round. The sampler's accept lengths arrive in device memory, one per batch row.
 //   fused-accept: accept_len[row_slot[n]] = a      two-phase: row_accept[n] = a (commit reads it)
 // (which of the two: ModePolicy::accept_sets_slot); replay also moves the slot's ring cursor: its
 // pending records become (0 if the round flushed, else the pending ones) + a, from the round's first
 // record on a flush. A token tree's accepted records are first moved into place (RingCompactParams).
 // A length outside [1, T] is clamped into it and recorded in the device error word. A token tree's
-// accepted path (SPEC §12) gives the length instead: its last node + 1 (kernels/tree.h).
+// accepted path (docs/trees.md) gives the length instead: its last node + 1 (kernels/tree.h).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@ struct AcceptParams {
   bool sets_slot = true;             // ModePolicy::accept_sets_slot
   const int32_t* row_slot = nullptr; // [N] from RoundIndices, -1 padded
   const int32_t* accepted = nullptr; // [N] the sampler's accept lengths, or
-  const int32_t* accept_index = nullptr;  // [N, T] its accepted paths (SPEC §12), with
+  const int32_t* accept_index = nullptr;  // [N, T] its accepted paths (docs/trees.md), with
   const int32_t* parent = nullptr;        // [N, T] the round's checked tree (RoundIndices::parent)
   int32_t* accept_len = nullptr;     // [P] fused-accept
   int32_t* row_accept = nullptr;     // [N] two-phase
@@ -32,17 +32,17 @@ struct AcceptParams {
   // buffers of parity 1 - row_parity[n], and they become the slot's (the next verify reads them).
   const int32_t* row_parity = nullptr;  // [N] from RoundIndices
   int32_t* round_parity = nullptr;      // [P]
-  // SPEC §12, where a round of trees keeps each slot's accepted path (SlotStorage::accept_path): [P, T],
+  // docs/trees.md, where a round of trees keeps each slot's accepted path (SlotStorage::accept_path): [P, T],
   // the row's checked path (or, from a length a, 0 .. a - 1), -1 after it.
   int32_t* slot_path = nullptr;
-  // Replay (SPEC §3): [N] the round's ring cursor and flush (RoundIndices), [P] the slots' cursor.
+  // Replay (docs/modes.md): [N] the round's ring cursor and flush (RoundIndices), [P] the slots' cursor.
   const int32_t* row_pending = nullptr;
   const int32_t* row_start = nullptr;
   const int32_t* row_flush = nullptr;
   int32_t* ring_pending = nullptr;
   int32_t* ring_start = nullptr;
   int32_t ring_records = 0;  // R
-  // SPEC §13, stochastic rounding: [P] each slot's store counter, advanced once a round (the next
+  // docs/low_precision.md, stochastic rounding: [P] each slot's store counter, advanced once a round (the next
   // round's stores draw afresh). Null: not kept.
   uint32_t* rounding_counter = nullptr;
   DeviceErrorWord* errors = nullptr;
@@ -77,7 +77,7 @@ KDA_HD void accept_row(const AcceptParams& p, int32_t n) {
 
 void accept_cpu(const AcceptParams& p);
 
-// SPEC §12 replay: the records of a round of token trees sit at the round's first record + token; the
+// docs/trees.md replay: the records of a round of token trees sit at the round's first record + token; the
 // accepted path's nodes become the next pending records, in path order (record first + i <- first +
 // path[i]; path[i] >= i, so a copy in i order reads no record it wrote). One (row, layer) a call, its
 // elements e0, e0 + stride, ... of a record's k, g and u; the path as accept_row checks it.

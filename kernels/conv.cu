@@ -1,4 +1,4 @@
-// SPEC §9 on the device: one thread per (row, channel) unit, consecutive threads on consecutive
+// docs/conv.md on the device: one thread per (row, channel) unit, consecutive threads on consecutive
 // channels, so every load and store of x, y, the conv state and the conv scratch is coalesced across a
 // warp (C is contiguous in each). The unit's arithmetic is conv_channel of kernels/conv.h, the CPU's.
 #include <cuda_runtime.h>

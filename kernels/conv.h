@@ -1,4 +1,4 @@
-// SPEC §9: the short convolution of a KDA layer, a causal depthwise convolution of width W over the C
+// docs/conv.md: the short convolution of a KDA layer, a causal depthwise convolution of width W over the C
 // channels of its q, k and v projections, and the moves of its window (two-phase commit, materialize).
 //
 //   y_t[c] = act(sum_{j<W} w[c][j] * x_{t-W+1+j}[c] (+ bias[c])),  fp32, in this order [TAG_CONV_ORDER]
@@ -12,7 +12,7 @@
 // input vector x of C channels) at element j * C, io dtype. Three layouts (ConvLayout):
 //   fixed_window (two-phase): W - 1 columns, the window at column 0; each token's window goes to the
 //            conv scratch and the commit copies the accepted one back.
-//   in_place (short_conv, SPEC §11): W - 2 + S columns, the window at o = max(a - 1, 0); a call writes
+//   in_place (short_conv, docs/python.md): W - 2 + S columns, the window at o = max(a - 1, 0); a call writes
 //            columns [0, W - 2) <- [o + 1, o + W - 1) and [W - 2, W - 2 + T) <- x_1..x_T over it.
 //   halves   (fused-accept, replay): two halves of W - 1 + S columns, half h = [W - 1 base | S new]
 //            at column h * (W - 1 + S). The slot's parity p (SlotStorage::round_parity, shared with the
@@ -108,21 +108,21 @@ struct ConvParams {
   int32_t slots = 0;             // rows of the state a batch may name
   int32_t scratch_steps = 0;     // S: the rows' columns (conv_state_columns)
   ConvLayout layout = ConvLayout::halves;
-  // Bytes every state row starts at: 16 for a round's views (SPEC §10); one element for short_conv, which
-  // takes any C (SPEC §11). A unit reads and writes single elements, so either layout runs the same code.
+  // Bytes every state row starts at: 16 for a round's views (docs/ops.md); one element for short_conv, which
+  // takes any C (docs/python.md). A unit reads and writes single elements, so either layout runs the same code.
   int32_t state_row_align = 16;
   const int32_t* row_slot = nullptr;    // [N]
   const int32_t* row_accept = nullptr;  // [N] in_place, halves: the slot's accept length a
   const int32_t* row_parity = nullptr;  // [N] halves: the slot's parity p
   const int32_t* write_row = nullptr;   // [N, T] fixed_window
-  // SPEC §12 token trees (fixed_window, halves): [N, T] the round's checked tree (RoundIndices::parent):
+  // docs/trees.md token trees (fixed_window, halves): [N, T] the round's checked tree (RoundIndices::parent):
   // token t's window runs back along its ancestors into the slot's history. Halves then keep each
   // slot's accepted path, [slots, path_tokens] (SlotStorage::accept_path): the history is the base,
   // then new[path[0]], new[path[1]], ... Null: chains.
   const int32_t* parent = nullptr;
   const int32_t* slot_path = nullptr;
   int32_t path_tokens = 0;
-  // in_place (short_conv, SPEC §11, §12): [N, path_tokens] the path each row accepted last round, read
+  // in_place (short_conv, docs/python.md, docs/trees.md): [N, path_tokens] the path each row accepted last round, read
   // as slot_path is (row n's instead of its slot's); a row whose path is empty reads as a chain.
   const int32_t* row_path = nullptr;
   DeviceErrorWord* errors = nullptr;
@@ -138,7 +138,7 @@ struct ConvRow {
   int32_t read = 0;
   int32_t write = 0;
   int32_t keep = 0;
-  // With a tree's kept path (SPEC §12): the history is the `kept` columns from `base` (halves: W - 1,
+  // With a tree's kept path (docs/trees.md): the history is the `kept` columns from `base` (halves: W - 1,
   // in_place: W - 2), then the new columns after them path[0], ..., path[nodes - 1]; `read` is not used.
   const int32_t* path = nullptr;
   int32_t nodes = 0, base = 0, kept = 0;
@@ -146,7 +146,7 @@ struct ConvRow {
 };
 
 // Column of the j-th input (oldest first) of a row's window of `width` - 1 inputs: `read` + j, or with a
-// kept path (SPEC §12) input kept + nodes - (W - 1) + j of the history base ++ new[path].
+// kept path (docs/trees.md) input kept + nodes - (W - 1) + j of the history base ++ new[path].
 KDA_HD int32_t conv_history_column(const ConvRow& r, int32_t width, int32_t j) {
   if (r.path == nullptr) return r.read + j;
   const int32_t i = r.kept + r.nodes - (width - 1) + j;
@@ -155,7 +155,7 @@ KDA_HD int32_t conv_history_column(const ConvRow& r, int32_t width, int32_t j) {
 
 // Row n as slot `slot` with accept length `accept` and parity `parity` (used in the layouts that keep
 // them): conv_row reads them from the row's index arrays; a verify predicting its window before its grid
-// dependency wait (SPEC §5) passes pre-round values.
+// dependency wait (docs/graphs.md) passes pre-round values.
 KDA_HD ConvRow conv_row_at(const ConvParams& p, int32_t n, int32_t slot, int32_t accept, int32_t parity, bool report) {
   ConvRow r;
   if (slot < 0) return r;
@@ -249,7 +249,7 @@ KDA_HD float conv_output_value(const ConvParams& p, const float (&w)[W], const f
   return conv_activation(p.activation, acc);
 }
 
-// SPEC §12: the T tokens of one channel of a token tree (`parent`, the row's tree; a parent outside
+// docs/trees.md: the T tokens of one channel of a token tree (`parent`, the row's tree; a parent outside
 // [-1, t), possible in short_conv's caller memory, is read as t - 1 and recorded by channel 0): token t's
 // window is the inputs of its nearest W - 1 ancestors, oldest first, preceded by the last inputs of
 // the row's history `hist` (as stored) where it has fewer. Its outputs and what it writes are the
@@ -370,7 +370,7 @@ KDA_HD void conv_channel(const ConvParams& p, const ConvRow& r, int32_t n, int32
   conv_channel_into<W, IoT>(p, r, n, c, out.at(token0), out.stride, true);
 }
 
-// The window moves of SPEC §9, for every (entry, layer, channel): the W - 1 columns starting at
+// The window moves of docs/conv.md, for every (entry, layer, channel): the W - 1 columns starting at
 //   commit (two-phase, from_scratch):  conv scratch row slot * S + a - 1, a = accept_of[e];
 //   materialize (halves):              the slot's window, column a of half p (a = accept_len[slot],
 //                                      p = round_parity[slot]),
@@ -393,7 +393,7 @@ struct ConvWindowParams {
   bool from_scratch = true;
   StateView state;
   StateView scratch;                  // from_scratch only
-  // SPEC §12, materialize with token trees: each slot's kept path [slots, path_tokens]; the window is
+  // docs/trees.md, materialize with token trees: each slot's kept path [slots, path_tokens]; the window is
   // then the last W - 1 inputs of half p's base ++ new[path] (conv_history_column). Null: chains.
   const int32_t* slot_path = nullptr;
   int32_t path_tokens = 0;

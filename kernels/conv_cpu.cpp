@@ -1,4 +1,4 @@
-// CPU implementation of the short convolution and its window moves (SPEC §9): the functions of
+// CPU implementation of the short convolution and its window moves (docs/conv.md): the functions of
 // kernels/conv.h over every (row, channel) unit, on cpu_threads() threads, compiled once per instruction
 // set (kernels/cpu_isa.h). Their arithmetic has no sum across lanes, so every set gives the same bits.
 #include "kernels/conv.h"

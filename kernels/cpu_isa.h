@@ -8,7 +8,7 @@
 // KDAGRAPH_CPU_ISA_BEGIN and KDAGRAPH_CPU_ISA_END. That body is then compiled for the set (a target
 // pragma, no -m flag, so the headers included before it stay baseline code that every copy may share)
 // into its own namespace cpu_<set>. kdagraph::<kernel> runs the copy cpu_isa() names, one set for the
-// whole process: every mode runs the same instructions and agrees bitwise (SPEC §3), whatever the set.
+// whole process: every mode runs the same instructions and agrees bitwise (docs/modes.md), whatever the set.
 // A new kernel: one line in KDAGRAPH_CPU_KERNELS, its source in kernels/CMakeLists.txt's list.
 #pragma once
 

@@ -98,7 +98,7 @@ inline float reduce_add(Vec v) { return (v.x[0] + v.x[2]) + (v.x[1] + v.x[3]); }
 #endif
 
 // Four floats past the cache from 16-byte aligned `src` to 16-byte aligned `p`: every set streams rows
-// a wide vector's alignment does not fit (a caller's view promises 16 bytes, SPEC §10).
+// a wide vector's alignment does not fit (a caller's view promises 16 bytes, docs/ops.md).
 inline void stream4(float* p, const float* src) {
 #if KDAGRAPH_CPU_X86
   _mm_stream_ps(p, _mm_load_ps(src));

@@ -1,4 +1,4 @@
-// SPEC §6: recording what only the device can see. One function for both backends.
+// docs/errors.md: recording what only the device can see. One function for both backends.
 #pragma once
 
 #include "kdagraph/error.hpp"
@@ -44,7 +44,7 @@ KDA_HD void count_bytes(unsigned long long* counter, int64_t bytes) {
 #endif
 }
 
-// A ring cursor of slot `slot` (SPEC §3: ring_pending, ring_start), which the device wrote: a value
+// A ring cursor of slot `slot` (docs/modes.md: ring_pending, ring_start), which the device wrote: a value
 // outside [0, hi] is clamped into it, and recorded (with the slot) when `report`.
 KDA_HD int32_t checked_ring(int32_t x, int32_t hi, int32_t slot, DeviceErrorWord* errors, bool report) {
   if (x >= 0 && x <= hi) return x;

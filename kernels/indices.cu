@@ -1,4 +1,4 @@
-// SPEC §4 on the device: the same BuildIndices and BuildSlotIndices functors as indices_cpu.cpp, one
+// docs/indices.md on the device: the same BuildIndices and BuildSlotIndices functors as indices_cpu.cpp, one
 // thread per row. A plain kernel rather than Thrust's for_each_n, so that it launches through the launch
 // seam as every kernel of the round does (programmatic dependent launch, [TAG_PDL]).
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// SPEC §4: the fused-accept indices, built once per forward and shared by every layer of it.
+// docs/indices.md: the fused-accept indices, built once per forward and shared by every layer of it.
 //
 // The builder is one functor over the rows, applied with Thrust's host policy on the CPU
 // (indices_cpu.cpp) and as a kernel of one thread per row on the device (indices.cu), which launches
@@ -28,7 +28,7 @@ struct IndexBuildParams {
   int32_t scratch_steps = 0;            // S
   int32_t tokens = 0;                   // T
   int32_t rows = 0;                     // N
-  // What the mode's rows address (SPEC §3): seeds in scratch (fused accept), per-token write rows
+  // What the mode's rows address (docs/modes.md): seeds in scratch (fused accept), per-token write rows
   // (fused accept, two-phase), or, in replay, seeds in the pool (the checkpoint) with the slot's ring
   // cursor gathered and the round's flush decided.
   ModePolicy policy = mode_policy(Mode::fused_accept);
@@ -38,7 +38,7 @@ struct IndexBuildParams {
   ReplayRing ring;
   // [P] where the round keeps a parity (needs_round_parity), else null: gathered into row_parity.
   const int32_t* round_parity = nullptr;
-  // [N, T] the batch's token tree (SPEC §12), or null: out.parent, where present, gets chains.
+  // [N, T] the batch's token tree (docs/trees.md), or null: out.parent, where present, gets chains.
   const int32_t* parent = nullptr;
   DeviceErrorWord* errors = nullptr;
   RoundIndices out;  // the ring's arrays and row_parity are written when present
@@ -51,7 +51,7 @@ struct RowSeed {
 
 // Decides what row n is. With `checked` (the index build): bad slots (out of range, repeated) make the
 // row padding and an accept length outside [0, S] (replay: [0, T], the tokens a round appends) is
-// clamped, both recorded. Without (a verify's prediction before its grid dependency wait, SPEC §5): no
+// clamped, both recorded. Without (a verify's prediction before its grid dependency wait, docs/graphs.md): no
 // repeated-slot scan and nothing recorded; the index arrays the build wrote correct it after the wait.
 KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n, bool checked) {
   int32_t n_real = *p.n_real;
@@ -67,7 +67,7 @@ KDA_HD RowSeed resolve_row(const IndexBuildParams& p, int32_t n, bool checked) {
   return RowSeed{slot, slot >= 0 ? accept : -1};
 }
 
-// Where a resolved row's state and inputs come from (SPEC §3, §4): every field -1 for a padded
+// Where a resolved row's state and inputs come from (docs/modes.md, docs/indices.md): every field -1 for a padded
 // row. The build writes them; a verify predicting its seed calls the same function.
 struct RowIndices {
   int32_t slot = -1, accept = -1;
@@ -123,7 +123,7 @@ struct BuildIndices {
   }
 };
 
-// SGLang's index pair for fused accept (SPEC §4, §11), with no storage behind it: per row n, the
+// SGLang's index pair for fused accept (docs/indices.md, docs/python.md), with no storage behind it: per row n, the
 // scratch rows write_row[n][t] = slot * S + t and accepted[n] = accept_len[max(slot, 0)], the slot's
 // accept length as the pool holds it. A padded row (slot -1, or a bad slot, see checked_slot) has every
 // write row -1 and gathers from slot 0, always in range.

@@ -1,7 +1,7 @@
-// SPEC §1: the arithmetic of one KDA token update, written once for the CPU implementation and the CUDA
+// docs/math.md: the arithmetic of one KDA token update, written once for the CPU implementation and the CUDA
 // kernel. Everything here is __host__ __device__ and compiles with g++ as well as nvcc.
 //
-// [TAG_UPDATE_ORDER] The order of operations below is the contract of SPEC §3: every mode of one backend
+// [TAG_UPDATE_ORDER] The order of operations below is the contract of docs/modes.md: every mode of one backend
 // runs this same sequence, so outputs and states agree bitwise. The device spells its fused
 // multiply-adds out (and is built with --fmad=false); the host is built with -ffp-contract=off and uses
 // a multiply then an add, except in the CPU verify's vectors, which use the instruction set's FMA
@@ -120,7 +120,7 @@ KDA_HD f16 from_f32<f16>(float x) {
 }
 
 // Two values rounded to nearest even and packed, `lo` in the low half: on the device one cvt.rn.*x2.f32
-// (the state stores' conversion, SPEC §13), on the host the same bits.
+// (the state stores' conversion, docs/low_precision.md), on the host the same bits.
 template <class T>
 KDA_HD uint32_t pack2_rn(float lo, float hi);
 template <>
@@ -228,7 +228,7 @@ KDA_HD float beta_value(const VerifyOptions& opt, float raw) {
 // ---- the update of one state element S[j][i] ---------------------------------------------------------
 //   a = exp(g[i]);  S' = a * S;  p[j] += S' * k[i];  oq[j] += S' * q[i];  u[j] = beta * (v[j] - p[j]);
 //   S = S' + k[i] * u[j];  o[j] = oq[j] + u[j] * (k . q)
-// The output is SPEC §1's o = S q, summed from the decayed state in the same pass as p (issue 31: one
+// The output is docs/math.md's o = S q, summed from the decayed state in the same pass as p (issue 31: one
 // reduction a token), since S q = S' q + u (k . q).
 
 KDA_HD float decay_factor(float log_decay_i) { return expf(log_decay_i); }

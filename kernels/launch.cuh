@@ -5,7 +5,7 @@
 // the very same kernel source on the CPU (the SIMT executor under tests/simt/ provides both there).
 // Kernel bodies stay free of #ifdefs.
 //
-// [TAG_PDL] Programmatic dependent launch (SPEC §5): the seam decides how a kernel is launched
+// [TAG_PDL] Programmatic dependent launch (docs/graphs.md): the seam decides how a kernel is launched
 // (kernels/launch.h), the kernel says where its dependency on the previous kernel starts. Every kernel of
 // a round calls grid_dependency_wait() before it reads anything the kernel before it may write (above it
 // only what earlier rounds wrote: seeds, weights, gate parameters), and trigger_dependent_launch() only

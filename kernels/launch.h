@@ -8,7 +8,7 @@
 namespace kdagraph {
 
 // The stream a kernel goes to, and whether it may start while the previous kernel on that stream is
-// still running: programmatic dependent launch (SPEC §5 [TAG_PDL]), on devices that have it (sm_90 and
+// still running: programmatic dependent launch (docs/graphs.md [TAG_PDL]), on devices that have it (sm_90 and
 // later; elsewhere the launch is plain). Such a kernel reads only what earlier rounds wrote until its
 // grid_dependency_wait() returns, and lets its own dependents start (trigger_dependent_launch()) only
 // after that. A plain stream converts to a plain launch.

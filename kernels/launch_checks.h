@@ -1,6 +1,6 @@
 // What every launcher checks before it enqueues: the pointers its kernel addresses, aligned for the
 // widest access it makes, and the state views it walks, whose rows and layers must start on 16-byte
-// boundaries (SPEC §10; short_conv's conv state on any element, SPEC §11). Host code, shared by the CUDA launchers; the ops check the same views with the
+// boundaries (docs/ops.md; short_conv's conv state on any element, docs/python.md). Host code, shared by the CUDA launchers; the ops check the same views with the
 // user's argument names before a launcher is reached, so these guard direct callers of the launchers.
 #pragma once
 
@@ -22,8 +22,8 @@ inline void require_buffer(const char* where, const char* name, const void* p, u
 }
 
 // A view of rows of at least `row_elems` elements of `dtype`: one base aligned to `row_align_bytes`
-// with multiples of it for the row and layer strides (16 bytes, SPEC §10; short_conv's conv state takes
-// one element, SPEC §11), or a table of per-layer bases (each checked by the kernels, layer_base_invalid).
+// with multiples of it for the row and layer strides (16 bytes, docs/ops.md; short_conv's conv state takes
+// one element, docs/python.md), or a table of per-layer bases (each checked by the kernels, layer_base_invalid).
 inline void require_state_view(const char* where, const char* name, const StateView& v, DType dtype, int64_t row_elems,
                                int64_t row_align_bytes = 16) {
   require(v.dtype == dtype, where, name, [&] {

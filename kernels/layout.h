@@ -1,4 +1,4 @@
-// SPEC §2: where each state lives. Plain __host__ __device__ arithmetic, tested on the host
+// docs/storage.md: where each state lives. Plain __host__ __device__ arithmetic, tested on the host
 // (tests/kernels/layout_test.cpp) and called unchanged by the CUDA kernels.
 //
 // [TAG_STATE_LAYOUT] pool rows are slots; scratch rows are slot * S + t. The kernels address state only
@@ -15,7 +15,7 @@ namespace kdagraph {
 // Element size of a state or io dtype, callable from device code too.
 KDA_HD int64_t elem_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
 
-// Elements from one state row to the next that keep every row 16-byte aligned (SPEC §10): the compact
+// Elements from one state row to the next that keep every row 16-byte aligned (docs/ops.md): the compact
 // row size, rounded up to 16 bytes. Equal to the compact size at every head shape the GPU supports.
 KDA_HD int64_t aligned_row_elems(int64_t row_elems, DType t) {
   const int64_t per16 = 16 / elem_bytes(t);
@@ -83,7 +83,7 @@ KDA_HD char* state_row(char* layer, const StateView& v, int64_t row) {
   return layer + row * v.row_stride * elem_bytes(v.dtype);
 }
 
-// [TAG_RING_LAYOUT] Replay's corrections ring (SPEC §3, SlotStorage::ring_kg and ring_u): per layer,
+// [TAG_RING_LAYOUT] Replay's corrections ring (docs/modes.md, SlotStorage::ring_kg and ring_u): per layer,
 // row slot holds its R records, record i of the slot's ring being k [H, K] and g [HV, K] in the io
 // dtype (the kg row: every k, then every g) and u [HV, V] in fp32 (the u row). The verify kernel, the
 // CPU implementation and the accept step's compaction address it through these offsets.
@@ -102,7 +102,7 @@ struct RingLayout {
 // The ring record that the pending or new record number `i` after `start` is.
 KDA_HD int32_t ring_record(int32_t start, int32_t i, int32_t records) { return (start + i) % records; }
 
-// Whether a round of T tokens over a slot with `pending` unfolded records flushes (SPEC §3): writes its
+// Whether a round of T tokens over a slot with `pending` unfolded records flushes (docs/modes.md): writes its
 // folded state back to the checkpoint, so that its records start the ring over. It must when the ring
 // could not hold another round's records after this one's.
 KDA_HD bool ring_flushes(int32_t pending, int32_t tokens, int32_t records, int32_t flush_min) {

@@ -1,4 +1,4 @@
-// SPEC §13: how a state store rounds an fp32 value to the state dtype. Round to nearest even, or
+// docs/low_precision.md: how a state store rounds an fp32 value to the state dtype. Round to nearest even, or
 // stochastically: the value's bits plus a uniformly random integer below one step of the target dtype,
 // then truncated, with the random bits from Philox 4x32-10 (Random123) keyed by the slot's seed. The
 // same bits on the CPU, the SIMT executor and the GPU: the draws are counter-based and the rounding is

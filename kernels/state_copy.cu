@@ -1,6 +1,6 @@
-// SPEC §3 commit and materialize on the device. One launch copies every (entry, layer) pair: the grid
+// docs/modes.md commit and materialize on the device. One launch copies every (entry, layer) pair: the grid
 // runs over (entry, layer, chunk of the slot's HV*V*K state), each block moving one chunk in 16-byte
-// words (views keep every row 16-byte aligned, SPEC §10). Entries are chosen by copy_rows, the CPU's
+// words (views keep every row 16-byte aligned, docs/ops.md). Entries are chosen by copy_rows, the CPU's
 // function.
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-// SPEC §3: the two state copies of the modes, one operation with two callers.
+// docs/modes.md: the two state copies of the modes, one operation with two callers.
 //   commit (two-phase):  for each batch row n with row_accept[n] = a >= 1,
 //                        pool[l][row_slot[n]] = scratch[l][slot * S + a - 1] for every layer l.
 //   materialize:         for each listed slot with accept_len[slot] = a >= 1, the same copy; then

@@ -1,4 +1,4 @@
-// CPU implementation of the state copies (SPEC §3), compiled once per instruction set (kernels/cpu_isa.h).
+// CPU implementation of the state copies (docs/modes.md), compiled once per instruction set (kernels/cpu_isa.h).
 #include <cstring>
 
 #include "kernels/cpu_isa.h"

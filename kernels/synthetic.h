@@ -1,4 +1,4 @@
-// SPEC §8: the command line's stand-ins for a model's projections and an engine's sampler. Every value is
+// docs/cli.md: the command line's stand-ins for a model's projections and an engine's sampler. Every value is
 // a counter-based hash of (seed, round, slot, layer, token, element), so the device generates it inside
 // the graph and the CPU reference regenerates exactly the same bits for --check.
 #pragma once
@@ -54,7 +54,7 @@ struct SyntheticInputParams {
   void* v = nullptr;         // [N, T, HV, V]
   void* g = nullptr;         // [N, T, HV, K]
   void* beta = nullptr;      // [N, T, HV]
-  // With a conv (SPEC §9): the pre-conv projections x [N, T, C], C = 2 H K + HV V, replace q, k and v,
+  // With a conv (docs/conv.md): the pre-conv projections x [N, T, C], C = 2 H K + HV V, replace q, k and v,
   // which the conv then writes.
   void* x = nullptr;
 };
@@ -117,7 +117,7 @@ struct SyntheticSamplerParams {
   int32_t rows = 0, tokens = 0;
   float accept_rate = 0.0f;
   int32_t* accepted = nullptr;       // [N]
-  // SPEC §12, with a tree: the round's trees [N, T] (the drafter's); accepted paths go to accept_index
+  // docs/trees.md, with a tree: the round's trees [N, T] (the drafter's); accepted paths go to accept_index
   // [N, T] (synthetic_path) instead of lengths to `accepted`.
   const int32_t* parent = nullptr;
   int32_t* accept_index = nullptr;
@@ -133,7 +133,7 @@ KDA_HD int32_t synthetic_accept_length(uint64_t seed, uint32_t round, int32_t sl
   return a;
 }
 
-// SPEC §12's simulated drafter and sampler. The drafter's tree of T tokens: token 0 is the root (a child
+// docs/trees.md's simulated drafter and sampler. The drafter's tree of T tokens: token 0 is the root (a child
 // of the seed) and each later token hangs from an earlier one with fewer than `top_k` children, picked
 // by hash, so a node has at most top_k children (top_k = 1: the chain). The sampler's accepted path
 // starts at the root and goes on to one of the last node's children, picked by hash, with probability

@@ -1,4 +1,4 @@
-// SPEC §12: token trees. A round's T tokens of a row may form a tree: parent[t] in [-1, t) (-1: a child
+// docs/trees.md: token trees. A round's T tokens of a row may form a tree: parent[t] in [-1, t) (-1: a child
 // of the seed), so the tokens are in topological order and a chain is parent[t] = t - 1. Token t updates
 // its parent's state and outputs from its own post-state. The sampler accepts a root-to-node path,
 // SGLang's accept_index row (node indices from a child of the seed down, -1 after the end; the root is

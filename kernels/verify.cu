@@ -1,4 +1,4 @@
-// SPEC §1, §3, §9: the CUDA verify's launcher: the checks of its parameters, and the one place that
+// docs/math.md, docs/modes.md, docs/conv.md: the CUDA verify's launcher: the checks of its parameters, and the one place that
 // picks a kernel of the family (kernels/verify_kernel.cuh) and makes run-time sizes and dtypes template
 // parameters. A token tree's kernels are compiled in kernels/verify_tree.cu.
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// SPEC §1, §3: the T-token verify of one KDA layer for a batch of N rows.
+// docs/math.md, docs/modes.md: the T-token verify of one KDA layer for a batch of N rows.
 //
 // Each (row, value head) starts from its seed (pool[slot] or a scratch row, as RoundIndices says),
 // applies the update for t = 1..T, writes every post-state to scratch row write_row[n][t] (a negative
@@ -12,7 +12,7 @@
 // (k and g as given, u as computed) after the pending ones. Materialize in replay mode is the same
 // kernel over a list of slots with no new tokens, always flushing.
 //
-// With VerifyParams::conv (SPEC §9, one kernel per layer) the new tokens' q, k and v come from the
+// With VerifyParams::conv (docs/conv.md, one kernel per layer) the new tokens' q, k and v come from the
 // short convolution of x, computed by the verify itself with the functions of kernels/conv.h.
 #pragma once
 
@@ -62,12 +62,12 @@ struct VerifyParams {
   const int32_t* seed_pool = nullptr;     // [N], or null: no row seeds from the pool
   const int32_t* seed_scratch = nullptr;  // [N], or null: no row seeds from scratch
   const int32_t* write_row = nullptr;     // [N, T]
-  // Optional [N], FlashInfer's spec decode (SPEC §11): row n seeds from scratch row
+  // Optional [N], FlashInfer's spec decode (docs/python.md): row n seeds from scratch row
   // write_row[n][seed_token[n] - 1], its own post-state row of that token, a length outside [1, T]
   // clamped and recorded. seed_pool and seed_scratch are then not read.
   const int32_t* seed_token = nullptr;
   DeviceErrorWord* errors = nullptr;      // what the device finds invalid is recorded here
-  // SPEC §13: stochastic rounding of the state stores (a 16-bit pool dtype), the draws keyed by the
+  // docs/low_precision.md: stochastic rounding of the state stores (a 16-bit pool dtype), the draws keyed by the
   // seed and store counter of each row's slot: row_slot[n] (RoundIndices::row_slot), or slot_list[n]
   // when materializing. Round to nearest: none of them read.
   Rounding rounding = Rounding::nearest;
@@ -75,7 +75,7 @@ struct VerifyParams {
   const uint64_t* rounding_seed = nullptr;
   const uint32_t* rounding_counter = nullptr;
   unsigned long long* bytes_moved = nullptr;  // SlotStorage::bytes_moved: state and record bytes moved
-  // SPEC §12, optional [N, T]: the new tokens of row n form a tree, token t updating the post-state of
+  // docs/trees.md, optional [N, T]: the new tokens of row n form a tree, token t updating the post-state of
   // token parent[n][t] (-1: the seed, after any replay) instead of token t - 1's; a parent outside
   // [-1, t) is read as t - 1 and recorded (kernels/tree.h). Null: the chain. A chain given as a tree
   // runs exactly as the chain: a state is kept aside only where a later token branches from it.
@@ -97,13 +97,13 @@ struct VerifyParams {
   const int32_t* slot_pending = nullptr;
   const int32_t* slot_start = nullptr;
 
-  // SPEC §9, the short convolution fused in (one kernel per layer): with conv.width > 0 each new
+  // docs/conv.md, the short convolution fused in (one kernel per layer): with conv.width > 0 each new
   // token's q, k and v are the conv of conv.x over its row's conv history, rounded to the io dtype as the
   // conv operation writes them, and q, k and v above are not read. conv.rows, tokens, layer, errors and
   // index arrays are this verify's; its output segments are not used. Layouts halves (the owner of a
   // channel writes its history to the half the row does not read) and fixed_window (conv scratch).
   ConvParams conv;
-  // SPEC §5: with pre_round.slots set (the batch the index build reads, and the slots' accept lengths
+  // docs/graphs.md: with pre_round.slots set (the batch the index build reads, and the slots' accept lengths
   // and parities), a block loads its seed tile and conv window before it waits on the previous kernel,
   // from where resolve_row and row_indices (kernels/indices.h) predict them; after the wait the index
   // arrays confirm them (a row they make padding discards the loads). Unset: every read after the wait.
@@ -184,7 +184,7 @@ KDA_HD VerifyRow verify_row(const VerifyParams& p, int32_t n, bool report) {
   return r;
 }
 
-// Row n's seed as predicted from pre-round data (p.pre_round, SPEC §5), for the loads a kernel issues
+// Row n's seed as predicted from pre-round data (p.pre_round, docs/graphs.md), for the loads a kernel issues
 // before its grid dependency wait; nothing is recorded (the index build records). padded() when the
 // prediction names no row, or one outside its view.
 KDA_HD VerifyRow predicted_row(const VerifyParams& p, const RowIndices& i) {
@@ -238,7 +238,7 @@ KDA_HD const StateT* verify_seed(const VerifyParams& p, const VerifyRow& r, cons
                                                           : state_row(b.scratch, p.scratch, r.seed_scratch));
 }
 
-// The draws of row n's stores to value head h's state (SPEC §13), the store left to set: none (round to
+// The draws of row n's stores to value head h's state (docs/low_precision.md), the store left to set: none (round to
 // nearest) unless the rounding is stochastic into a 16-bit state. Called for a real row only.
 KDA_HD math::StoreDraws row_store_draws(const VerifyParams& p, int32_t n, int32_t h) {
   if (p.rounding != Rounding::stochastic || p.pool.dtype == DType::f32) return math::StoreDraws{};
@@ -285,7 +285,7 @@ inline VerifyTiling verify_tiling(int64_t units, int32_t multiprocessors) {
 #include "kernels/launch.h"
 
 namespace kdagraph {
-// Head dims the CUDA kernel is built for (SPEC §1: at least K = V = 128 and 64).
+// Head dims the CUDA kernel is built for (docs/math.md: at least K = V = 128 and 64).
 bool verify_cuda_supports(int32_t head_k, int32_t head_v);
 // Enqueues the verify as `on` says; allocates nothing, never synchronizes. Throws InvalidArgument, naming
 // the check and the value, for parameters the kernel is not built for.

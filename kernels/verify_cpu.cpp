@@ -1,5 +1,5 @@
-// CPU implementation of the verify (SPEC §1, §3), with the short conv fused in when VerifyParams::conv
-// has one (SPEC §9), compiled once per instruction set (kernels/cpu_isa.h).
+// CPU implementation of the verify (docs/math.md, docs/modes.md), with the short conv fused in when VerifyParams::conv
+// has one (docs/conv.md), compiled once per instruction set (kernels/cpu_isa.h).
 // The element arithmetic is kernels/kda_math.h's, with its multiply-adds spelled as the set's fmadd and
 // its sums over K as explicit vectors (kernels/cpu_simd.h): every mode, folded records and new tokens,
 // runs the same instructions in the same order and agrees bitwise.
@@ -58,7 +58,7 @@ struct UnitGrid {
 // A thread's working buffers for one unit, carved from its cpu_thread_scratch: the key-side vectors of
 // the unit's U tokens (and each new token's k . q) and one group of state rows, kp = padded_lanes(K) floats each (zeros beyond K),
 // the scratch row of each new token's post-state, and with the conv fused its outputs for the new tokens
-// (conv_head's q [T][K], k [T][K], v [T][V], in the io dtype). With a token tree (SPEC §12), also the
+// (conv_head's q [T][K], k [T][K], v [T][V], in the io dtype). With a token tree (docs/trees.md), also the
 // checked parent of each new token and the state of a row group before the first new token and after
 // each one, in fp32: a token whose parent is not the token before it starts from its parent's.
 struct UnitScratch {
@@ -206,7 +206,7 @@ void update_rows(float* s, int64_t kp, const float* k, const float* a, float bet
   for (int r = 0; r < R; ++r) o[r] = math::fmadd(u[r], kq, reduce_add(qproj[r]));
 }
 
-// [TAG_UPDATE_ORDER] One record folded into R state rows (SPEC §3 replay): S = a S, then S = S + k u
+// [TAG_UPDATE_ORDER] One record folded into R state rows (docs/modes.md replay): S = a S, then S = S + k u
 // with the u the verify computed, element by element the arithmetic update_rows runs, with no sums.
 template <int R>
 void fold_rows(float* s, int64_t kp, const float* k, const float* a, const float* u) {
@@ -234,7 +234,7 @@ void load_rows(float* s, int64_t kp, const StateT* src, int32_t K, int R) {
   }
 }
 
-// The working rows out to R state rows in the state dtype, rounded as `draws` say (SPEC §13; `row0`:
+// The working rows out to R state rows in the state dtype, rounded as `draws` say (docs/low_precision.md; `row0`:
 // the first row's V index in the head, for the draws' element index); past the cache when `streaming`
 // and the rows are whole aligned vectors (wide ones where their alignment allows). `keep`: the working
 // rows become the values stored (a flush goes on from the state as it reads back).
@@ -283,7 +283,7 @@ struct UnitRows {
 };
 
 // Rows [j, j + R) of a unit through all its tokens. Each row is read whole before any post-state row
-// is written: the seed may be a scratch row this verify overwrites (SPEC §3).
+// is written: the seed may be a scratch row this verify overwrites (docs/modes.md).
 template <int R, class StateT>
 void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScratch& w, int32_t j, bool streaming) {
   const int32_t K = p.head_k, replay = u.tokens.r.replay;
@@ -321,7 +321,7 @@ void verify_rows(const VerifyParams& p, const UnitRows<StateT>& u, const UnitScr
   }
 }
 
-// The fused conv of one unit (SPEC §9): the q and k channels of its query/key head and the v channels
+// The fused conv of one unit (docs/conv.md): the q and k channels of its query/key head and the v channels
 // of its V rows, for the T new tokens, into w.conv (q [T][K], k [T][K], v [T][V]). The first unit of the
 // first value head of a group writes the history of the q and k channels, every unit its v channels'.
 template <class IoT>

@@ -1,4 +1,4 @@
-// SPEC §1, §3, §9, §12: the verify kernel family. One kernel template, whose tile shape (VerifyTile,
+// docs/math.md, docs/modes.md, docs/conv.md, docs/trees.md: the verify kernel family. One kernel template, whose tile shape (VerifyTile,
 // kernels/verify_update.cuh [TAG_VERIFY_TILE]), output formula and probe are compile-time choices; the
 // library's launcher picks among its shapes in kernels/verify.cu [TAG_VERIFY_SHAPES], the sweep
 // (profiling/bench_verify_sweep.cu) times the others, and tests/simt/verify_family_simt_test.cpp runs
@@ -11,9 +11,9 @@
 // channels of each (16 bytes of fp32 a chunk). The update's arithmetic is kernels/verify_update.cuh, the
 // staging of the inputs (and of the fused conv) kernels/verify_staging.cuh, the seed tile's loads and
 // stores kernels/verify_units.cuh, a token tree's branch states kernels/verify_tree_branches.cuh; the
-// seed tile is read once and every post-state written once (the 1 + T transfers of SPEC §7).
+// seed tile is read once and every post-state written once (the 1 + T transfers of docs/shapes.md).
 //
-// [TAG_PDL] Before grid_dependency_wait() a block reads only what earlier rounds wrote (SPEC §5): the
+// [TAG_PDL] Before grid_dependency_wait() a block reads only what earlier rounds wrote (docs/graphs.md): the
 // conv weights, and, where pre-round data says where they are, its first unit's seed tile and conv
 // window. After the wait it reads the round's index arrays and inputs, and triggers its dependents.
 //
@@ -187,7 +187,7 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
     b.ring_u = reinterpret_cast<float*>(state_row(bases.ring_u, p.ring_u, b.r.seed_pool));
   }
   // The whole seed tile is in registers before any state is written: the seed may be a scratch row
-  // this verify overwrites, or the checkpoint a flush writes back (SPEC §3). Each element is read and
+  // this verify overwrites, or the checkpoint a flush writes back (docs/modes.md). Each element is read and
   // later written by the same thread only, and no other block touches this tile. Reads the index
   // arrays do not confirm are made again.
   const StateT* seed = verify_seed<StateT>(p, b.r, bases) + at.state_rows;
@@ -205,7 +205,7 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
   const math::StoreDraws draws = kStochastic ? row_store_draws(p, b.n, b.h) : math::StoreDraws{};
   const int row0 = b.v0 + at.tile_row0;  // the lane group's first V row in the head (the draws' elements)
   const RingLayout ring{p.ring_records, p.heads, HV, K, V};
-  // The lane group's rows of a record's u (the records of the row's ring, SPEC §3).
+  // The lane group's rows of a record's u (the records of the row's ring, docs/modes.md).
   const auto record_u = [&](int32_t u) { return b.ring_u + ring.u_offset(b.record(p, u), b.h) + b.v0 + at.tile_row0; };
   const auto post_rows = [&](int32_t write_row) {
     return reinterpret_cast<StateT*>(state_row(bases.scratch, p.scratch, write_row)) + at.state_rows;
@@ -291,7 +291,7 @@ __device__ __forceinline__ void verify_unit(const VerifyParams& p, int32_t unit,
 }
 
 // kConv: the short conv fused in (VerifyParams::conv). kTree: the new tokens form a tree (VerifyParams::parent).
-// kStochastic: the state stores round stochastically (SPEC §13, VerifyParams::rounding).
+// kStochastic: the state stores round stochastically (docs/low_precision.md, VerifyParams::rounding).
 // A block works on unit blockIdx.x, and, persistent, on every gridDim.x-th unit after it.
 template <class Tile, OutputFormula kFormula, VerifyProbe kProbe, bool kConv, bool kTree, class IoT, class StateT,
           VerifySchedule kSchedule, bool kStochastic>

@@ -22,7 +22,7 @@ struct LibraryTiles;
 // The short conv fused in (one kernel per layer) runs the narrow tile whatever the batch, with its own
 // register budget: its row and window bookkeeping stays live through the token loop, and at K = 128
 // four blocks an SM (128 registers a thread) spill with fp32 state, three do not.
-// Stochastic rounding (SPEC §13) runs the narrow tile at two blocks an SM whatever the batch, the conv
+// Stochastic rounding (docs/low_precision.md) runs the narrow tile at two blocks an SM whatever the batch, the conv
 // fused or not, chains and trees: its generator (Philox, about 10 registers at each state store) spills
 // the tiles' nearest-rounding budgets.
 template <>
@@ -45,7 +45,7 @@ struct LibraryTiles<64> {
 template <int K, class IoT, class StateT>
 cudaError_t launch_tree(const VerifyParams& p, Launch on);
 
-// Stochastic rounding into a 16-bit state (SPEC §13), chains and trees, the conv fused or not, compiled
+// Stochastic rounding into a 16-bit state (docs/low_precision.md), chains and trees, the conv fused or not, compiled
 // in kernels/verify_stochastic.cu for io of the state's dtype (bf16 or f16) and K = 64, 128.
 template <int K, class IoT, class StateT>
 cudaError_t launch_stochastic(const VerifyParams& p, Launch on);

@@ -1,4 +1,4 @@
-// SPEC §1, §3, §9 on the device: how a verify block (kernels/verify_kernel.cuh) brings its tokens' inputs
+// docs/math.md, docs/modes.md, docs/conv.md on the device: how a verify block (kernels/verify_kernel.cuh) brings its tokens' inputs
 // into shared memory, kChunkTokens tokens at a time. Each warp preprocesses whole tokens (L2 norm and
 // scale of q and k, their dot product, the gate's decay of every key channel) from its own loads, once
 // per block: with a head-wide tile, once per head. The tile's v rows come by cp.async, beta and the
@@ -71,7 +71,7 @@ struct BlockRow {
   VerifyRow r;
   char* ring_kg = nullptr;  // the slot's ring rows of the layer (replay), or null
   float* ring_u = nullptr;
-  // The ring record of token u of the list: the records to fold, then the new tokens' (SPEC §3).
+  // The ring record of token u of the list: the records to fold, then the new tokens' (docs/modes.md).
   __device__ __forceinline__ int32_t record(const VerifyParams& p, int32_t u) const {
     return ring_record(r.ring_start, u, p.ring_records);
   }
@@ -353,7 +353,7 @@ __device__ __forceinline__ void prefetch_token_inputs(const VerifyParams& p, con
 // product, and the decay factor of every key channel. Replay mode: the new tokens' k and g as given
 // (fused: k as the conv made it) to their ring records, for the rounds that fold them; k and g are
 // shared by the tiles of a value head (and k by the G value heads of a query head), so one block writes
-// each (no block of the launch reads a record it writes: SPEC §3).
+// each (no block of the launch reads a record it writes: docs/modes.md).
 // Fused (kConv), a new token's q and k come from the conv's y in shared memory, after a barrier.
 template <int K, int kTileV, int kThreads, bool kConv, class IoT>
 __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const BlockRow& b, const ChunkTokens& ch,
@@ -420,7 +420,7 @@ __device__ __forceinline__ void preprocess_tokens(const VerifyParams& p, const B
   }
 }
 
-// SPEC §12, the fused conv of a token tree (kTree): where the inputs of each new token's window lie,
+// docs/trees.md, the fused conv of a token tree (kTree): where the inputs of each new token's window lie,
 // resolved once a chunk, one walk up the tree per (new token, step back), so that the conv and the
 // history stores look each input up in shared memory instead of walking the parents in global memory per
 // element. tree_source[i][k], k steps back from the chunk's new token i along its ancestors (k = 0: its

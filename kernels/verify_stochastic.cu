@@ -1,4 +1,4 @@
-// SPEC §13: the verify whose state stores round stochastically, the family's kernel (kernels/
+// docs/low_precision.md: the verify whose state stores round stochastically, the family's kernel (kernels/
 // verify_kernel.cuh) with kStochastic on the narrow tile at two blocks an SM, chains and trees, the conv
 // fused or not, in a unit of its own. Built for io of the state's dtype only (bf16 or f16, the engines'
 // choice with a 16-bit state: verify_cuda_stochastic), to keep the build's kernel count down.

@@ -1,4 +1,4 @@
-// SPEC §12: the verify of a token tree (VerifyParams::parent), the family's kernel (kernels/
+// docs/trees.md: the verify of a token tree (VerifyParams::parent), the family's kernel (kernels/
 // verify_kernel.cuh) with kTree, on the narrow tile (the fused conv's with the conv), in a unit of its
 // own. Its branch states are in dynamic shared memory ([TAG_TREE]); like the chain kernels it may
 // keep nothing in local memory (kernels/CMakeLists.txt).

@@ -1,4 +1,4 @@
-// SPEC §12 on the device: where the verify kernel (kernels/verify_kernel.cuh) keeps the states a token
+// docs/trees.md on the device: where the verify kernel (kernels/verify_kernel.cuh) keeps the states a token
 // tree branches from.
 #pragma once
 
@@ -12,7 +12,7 @@
 
 namespace kdagraph::verify_detail {
 
-// [TAG_TREE] SPEC §12: a token tree's branch states (VerifyParams::parent). A lane keeps its slice of the
+// [TAG_TREE] docs/trees.md: a token tree's branch states (VerifyParams::parent). A lane keeps its slice of the
 // current state in registers as for a chain; where a later token branches from a state other than the
 // one before it, that state's slice is kept aside, and the token starts from it. Kept in fp32 in the
 // block's dynamic shared memory, in tree_slot_count(T) slots that tree_branch_slots (kernels/tree.h)

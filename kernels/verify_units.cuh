@@ -1,4 +1,4 @@
-// SPEC §3 on the device: where a verify block's unit (row, value head, tile) lies, and its seed tile's
+// docs/modes.md on the device: where a verify block's unit (row, value head, tile) lies, and its seed tile's
 // movement between the state rows and the lanes' registers (kernels/verify_kernel.cuh): loads, the
 // post-state and write-back stores, and VerifySchedule::persistent's prefetch of the next unit's seed.
 #pragma once

@@ -1,4 +1,4 @@
-// SPEC §1 on the device: one lane's part of a token update, for every tile shape of the verify kernel
+// docs/math.md on the device: one lane's part of a token update, for every tile shape of the verify kernel
 // family (kernels/verify_kernel.cuh). Every value is the element arithmetic of kernels/kda_math.h, the
 // CPU's [TAG_UPDATE_ORDER].
 //
@@ -26,7 +26,7 @@ using math::f16;
 constexpr int kWarpSize = 32;
 constexpr int kSlice = 4;  // key channels of one chunk
 
-// How a token's output is summed (SPEC §1 gives o = S_t q):
+// How a token's output is summed (docs/math.md gives o = S_t q):
 //   decayed_state: one pass over the lane's slice sums both S'k and S'q (S' = a S, the decayed state),
 //                  and o = S'q + u (k . q): one butterfly per token, no pass after the rank-1 update.
 //                  The library's formula; kernels/verify_cpu.cpp computes the same one. (The formula
@@ -69,7 +69,7 @@ struct VerifyTile {
 
 // A lane's chunk of one state row: 16 bytes in fp32, 8 in bf16 or f16. The .cg intrinsics keep the vector
 // width (a plain dereference may be split into scalar stores) and go through L2 only: the seed may be
-// a row this same launch writes (SPEC §3), so neither the read-only path nor L1 may serve it.
+// a row this same launch writes (docs/modes.md), so neither the read-only path nor L1 may serve it.
 __device__ __forceinline__ void load_slice(const float* src, float (&x)[kSlice]) {
   const float4 w = __ldcg(reinterpret_cast<const float4*>(src));
   x[0] = w.x;
@@ -97,7 +97,7 @@ __device__ __forceinline__ void load_slice(const f16* src, float (&x)[kSlice]) {
 // Stores a chunk. `streaming`: a post-state, which this round does not read again (the next round
 // reads one of them, long after the other layers have passed through L2): evict-first. Otherwise (the
 // pool row replay writes back) through L2 as a plain store.
-// A 16-bit state is rounded (SPEC §13) to nearest in pairs (the hardware's cvt.rn.*x2.f32 on the
+// A 16-bit state is rounded (docs/low_precision.md) to nearest in pairs (the hardware's cvt.rn.*x2.f32 on the
 // device), or, kStochastic, with the four draws `draws` gives the chunk's element group `group` (its
 // first element of the head, over 4). `keep`: x becomes the values stored (a flush goes on from the
 // state as it reads back). Stochastic rounding is a kernel of its own (kernels/verify_stochastic.cu):
@@ -251,7 +251,7 @@ __device__ __forceinline__ void apply_delta(StateSlice<Tile>& s, const float* k,
   }
 }
 
-// [TAG_UPDATE_ORDER] A ring record folded into the lane's rows (SPEC §3 replay): S = a S, then
+// [TAG_UPDATE_ORDER] A ring record folded into the lane's rows (docs/modes.md replay): S = a S, then
 // S = S + k u with the record's u of each row, element by element decay_and_project and apply_delta's
 // arithmetic, with no projection.
 template <class Tile>

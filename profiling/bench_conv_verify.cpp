@@ -7,7 +7,7 @@
 //               and every layer, captured once per bucket (a CUDA graph; the CPU twin on the CPU).
 // Medians over --runs calls after one warm-up, the variants taking turns. On CUDA by events, on the CPU
 // by the host clock.
-// Programmatic dependent launch (SPEC §5) on, as the Verifier has it by default; --no-pdl turns it off.
+// Programmatic dependent launch (docs/graphs.md) on, as the Verifier has it by default; --no-pdl turns it off.
 //   bench_conv_verify [--backend cpu|cuda] [--batches 1,2,4,8] [--tokens 2,4] [--layers 20] [--runs N] [--no-pdl]
 #include <algorithm>
 #include <cstdint>

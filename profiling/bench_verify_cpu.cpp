@@ -1,5 +1,5 @@
 // CPU verify bandwidth beside memcpy's, measured in the same run (issue: the CPU path must be a real
-// fallback). Bytes per verify = (1 + T) state transfers per (row, head) (SPEC §7), plus the inputs.
+// fallback). Bytes per verify = (1 + T) state transfers per (row, head) (docs/shapes.md), plus the inputs.
 // The context names the instruction set the kernels ran (kernels/cpu_isa.h) and their threads.
 //   ./bench_verify_cpu --benchmark_counters_tabular=true [--threads=N] [--streaming=auto|always|never]
 // KDAGRAPH_CPU_ISA=avx2 (or baseline) runs a lower instruction set than the CPU's best.
@@ -42,7 +42,7 @@ double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(
 BENCHMARK(BM_Memcpy)->Arg(256)->UseRealTime()->Unit(benchmark::kMillisecond)->ComputeStatistics("min", fastest);
 
 // One verify of N rows x HV value heads x T tokens, K = V = 128, fp32 state and inputs, every row seeded
-// from scratch; with `top_k` > 0 the rows' tokens form hashed top-K trees (SPEC §12, synthetic_tree; 1 is
+// from scratch; with `top_k` > 0 the rows' tokens form hashed top-K trees (docs/trees.md, synthetic_tree; 1 is
 // a chain given as a tree).
 struct VerifyBench {
   detail::Buffer q, k, v, g, beta, o, pool, scratch;
@@ -130,7 +130,7 @@ BENCHMARK(BM_VerifyCpu)
     ->Unit(benchmark::kMillisecond)
     ->ComputeStatistics("min", fastest);
 
-// SPEC §12: the same verify over token trees. Args: rows, value heads, T, K of the top-K trees (0: no
+// docs/trees.md: the same verify over token trees. Args: rows, value heads, T, K of the top-K trees (0: no
 // tree, the chain kernel; 1: a chain given as a tree, which keeps nothing aside). The bytes counted are
 // the chain's (1 + T state transfers): what a tree adds is the states it keeps aside, in cache.
 void BM_VerifyCpuTree(benchmark::State& state) {

@@ -1,4 +1,4 @@
-// Bandwidth of the CUDA verify (SPEC §7) against the device's own copy bandwidth, measured in the same
+// Bandwidth of the CUDA verify (docs/shapes.md) against the device's own copy bandwidth, measured in the same
 // run. Kimi-Linear shapes: K = V = 128, HV = 16 (TP 2) and 32, T = 2, 4, 8, batch 1 to 128, fp32 state,
 // bf16 inputs, fused-accept indices with half the rows seeding from scratch, gate in kernel.
 //
@@ -168,7 +168,7 @@ Result run_config(const Config& cfg, cudaStream_t stream, int runs, const detail
   const double twin_cold_us = median_us(stream, runs, &flush, twin);
   const double warm_us = median_us(stream, runs, nullptr, verify);
 
-  // SPEC §7: 1 + T state transfers per (row, head), plus the inputs read, the outputs written and the
+  // docs/shapes.md: 1 + T state transfers per (row, head), plus the inputs read, the outputs written and the
   // indices.
   const double state = double(B) * HV * (1 + T) * double(head_bytes);
   const double inputs = double(q.bytes() + k.bytes() + v.bytes() + g.bytes() + beta.bytes() + o.bytes()) +

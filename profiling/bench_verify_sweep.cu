@@ -25,7 +25,7 @@
 // (no_state_stores, prologue_only) split the time of the tile they are cut from: prologue, the state
 // stores, and the rest (the token loop's arithmetic).
 // Cold medians (L2 flushed before each sample) of CUDA events behind a LaunchGate (profiling/
-// cuda_timing.cuh); bytes are the state transfers of SPEC §7 plus inputs and outputs, against the copy
+// cuda_timing.cuh); bytes are the state transfers of docs/shapes.md plus inputs and outputs, against the copy
 // bandwidth measured in the same run.
 // --check runs each member once on a few shapes (profiling::check_grid) and checks it as above, untimed:
 // what gpu_check.sh's compute-sanitizer stages run, so the members' own memory accesses and shared-memory
@@ -260,7 +260,7 @@ struct Case {
       KDA_CUDA_CHECK(cudaMemcpyAsync(storage.back().start.as(), at, n, cudaMemcpyDeviceToDevice, stream));
     }
 
-    // SPEC §7's state transfers (replay: the checkpoint, and its write on a flush; no post-states) and
+    // docs/shapes.md's state transfers (replay: the checkpoint, and its write on a flush; no post-states) and
     // replay's records (the pending ones read, T written: k and g in bf16, u in fp32), then the inputs
     // read and the outputs written.
     const double state = double(HV) * K * K * double(es), io = 2.0, record = double(HV) * (2.0 * K * io + 4.0 * K);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The chart of a `kdagraph drift --json` file (SPEC 13): each configuration's output error against the
+"""The chart of a `kdagraph drift --json` file (docs/low_precision.md): each configuration's output error against the
 fp64 recurrence, round by round, one panel per workload.
 
     python3 profiling/drift_plot.py drift.json [--out drift.png] [--machine "the machine that ran it"]

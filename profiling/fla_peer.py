@@ -132,7 +132,7 @@ def unnamed_keywords(fn, kwargs):
     return sorted(set(kwargs) - named)
 
 
-# ---- the fp64 reference (SPEC §1), a few rows, numpy --------------------------------------------------
+# ---- the fp64 reference (docs/math.md), a few rows, numpy --------------------------------------------------
 
 def softplus(z):
     return np.where(z > 20.0, z, np.log1p(np.exp(np.minimum(z, 20.0))))
@@ -304,7 +304,7 @@ def time_replays(torch, fn, args, kwargs, replays, flush):
 
 
 def state_bytes(s: Shape):
-    """SPEC §7 plus the inputs: the seed and T post-states per (row, head), q, k, v, g, beta, o."""
+    """docs/shapes.md plus the inputs: the seed and T post-states per (row, head), q, k, v, g, beta, o."""
     K, HV, T, B = s.head_dim, s.value_heads, s.tokens, s.batch
     state = B * HV * (1 + T) * K * K * 4
     io = B * T * (2 * s.heads * K + 3 * HV * K + HV) * 2

@@ -317,9 +317,9 @@ stage_python_tests() {
   return "$rc"
 }
 
-# The command line end to end on the GPU, checked against the CPU two-phase reference (SPEC tolerances); the
-# trees verify token trees (SPEC 12): the tree kernels fused and not, across the staging chunk, every mode;
-# the last two the replay ring at Kimi-K3's shape (SPEC 3, 7), flushing every round and with trees.
+# The command line end to end on the GPU, checked against the CPU two-phase reference (docs/modes.md's CPU-GPU tolerances); the
+# trees verify token trees (docs/trees.md): the tree kernels fused and not, across the staging chunk, every mode;
+# the last two the replay ring at Kimi-K3's shape (docs/modes.md, docs/shapes.md), flushing every round and with trees.
 stage_cli_check() {
   local rc=0 args
   for args in "" "--dtype bf16 --mode two-phase --exec eager" "--batch 24 --vary-batch --retire-rate 0.1" \
@@ -410,12 +410,12 @@ stage_round_bench() {
     x "$BUILD/tools/kdagraph" bench --backend cuda --preset "$preset" --drafts 1,3 --batches 1,16,64 --execs graph \
       --rounds 30 "${trace[@]}" --csv "$WORK/kdagraph_bench_$preset.csv" --md "$WORK/kdagraph_bench_$preset.md" || rc=1
   done
-  # Kimi-K3 at TP 8, T = 8 (SPEC 7): the replay ring (its default flush_min, T + 1) against fused accept
+  # Kimi-K3 at TP 8, T = 8 (docs/shapes.md): the replay ring (its default flush_min, T + 1) against fused accept
   # as whole rounds (issue 48's aim: >= 2x at batch >= 32).
   x "$BUILD/tools/kdagraph" bench --backend cuda --preset kimi-k3-tp8 --dtype bf16 --batches 1,32,64 --execs graph \
     --modes fused-accept,replay --sampler in --rounds 30 --csv "$WORK/kdagraph_bench_kimi-k3-tp8.csv" \
     --md "$WORK/kdagraph_bench_kimi-k3-tp8.md" || rc=1
-  # Token trees against chains of the same T = 8 at batch 1 and 16 (SPEC 12: the tree kernels' cost).
+  # Token trees against chains of the same T = 8 at batch 1 and 16 (docs/trees.md: the tree kernels' cost).
   local tree
   for tree in 0 4; do
     local tree_args=()
@@ -496,7 +496,7 @@ stage_profile() {
   return "$rc"
 }
 
-# sanitize TOOL SPEC...: compute-sanitizer over every SPEC at once, one log each. A SPEC is BINARY:FILTER (a
+# sanitize TOOL TARGET...: compute-sanitizer over every TARGET at once, one log each. A TARGET is BINARY:FILTER (a
 # gtest subset of tests/BINARY), "kdagraph ARGS" (the command line) or "profiling/PROGRAM ARGS" (a
 # benchmark). The note tells the sanitizer's findings (its exit status 99) apart from a program that failed
 # on its own. Each program is stopped (with what it started) a few seconds before the stage's cap, and

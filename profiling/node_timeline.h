@@ -1,5 +1,5 @@
 // How busy the device was inside one launch of a graph, from the start and end timestamps of the
-// nodes that ran in it (SPEC §5; the graphs issue's aim: the device idles less than 5% of a replayed
+// nodes that ran in it (docs/graphs.md; the graphs issue's aim: the device idles less than 5% of a replayed
 // round between nodes). The timestamps come from profiling/node_trace.h on a GPU; this part is plain
 // arithmetic, tested on the CPU.
 #pragma once

@@ -6,8 +6,8 @@
 Writes, next to the CSV unless --out says otherwise:
   <name>_latency.png    time per round by mode against batch (device time on CUDA, host time on the CPU)
   <name>_speedup.png    two-phase time over each other mode's, same execution and sampler placement,
-                        against the traffic bound: two-phase bytes over the mode's (SPEC 7)
-  <name>_bandwidth.png  state bandwidth (SPEC 7's bytes over that time) against the measured copy ceiling
+                        against the traffic bound: two-phase bytes over the mode's (docs/shapes.md)
+  <name>_bandwidth.png  state bandwidth (docs/shapes.md's bytes over that time) against the measured copy ceiling
 
 Every chart has a panel per T (columns) and per execution (rows); colour and marker are the mode, the
 line style the sampler placement, explained once by a legend beside the panels. A column the CSV has
@@ -251,7 +251,7 @@ def speedup_chart(bench, machine):
     for (facet, t), ax in chart.panels.items():
         chart.level(ax, 1.0, "1", color="0.55", linewidth=0.9)
         for i, mode in enumerate(modes):
-            # SPEC 7's bytes scale with the batch and do not depend on the sampler's placement: one ratio
+            # docs/shapes.md's bytes scale with the batch and do not depend on the sampler's placement: one ratio
             # per mode and panel, dotted. The modes' dots interleave where two bounds coincide (T = 1).
             base = dict(bench.series(state_bytes, BASELINE, bench.samplers[0], facet, t))
             ratios = [base[b] / v for b, v in bench.series(state_bytes, mode, bench.samplers[0], facet, t)
@@ -271,7 +271,7 @@ def bandwidth_chart(bench, machine):
     if not any(bandwidth(r) is not None for r in bench.rows):
         return None
     time = "device time" if bench.on_device else "host time"
-    chart = Chart(bench, title(bench, f"state bandwidth (SPEC 7 bytes per round over {time}) against the copy "
+    chart = Chart(bench, title(bench, f"state bandwidth (docs/shapes.md bytes per round over {time}) against the copy "
                                       f"ceiling measured in the same run", machine), "state GB/s")
     chart.lines(bench.modes, lambda mode, sampler, facet, t: bench.series(bandwidth, mode, sampler, facet, t))
     for (facet, t), ax in chart.panels.items():

@@ -25,7 +25,7 @@ std::vector<SweepShape> mode_shapes() {
   for (int32_t hv : {16, 32})
     for (int32_t b : {1, 64})
       for (Mode m : {Mode::two_phase, Mode::fused_accept, Mode::replay}) out.push_back(SweepShape{"modes", m, hv, 4, b});
-  // Kimi-K3 at TP 8 (HV 12, T 8, SPEC §7): fused accept against the ring flushing every round, at
+  // Kimi-K3 at TP 8 (HV 12, T 8, docs/shapes.md): fused accept against the ring flushing every round, at
   // T + 1 pending records, and only when full (issue 48's members).
   for (int32_t b : {1, 32, 64}) {
     out.push_back(SweepShape{"modes", Mode::fused_accept, 12, 8, b});

@@ -5,7 +5,7 @@ reached from there, as kdagraph_internal and the SIMT build give it) with -ffp-c
 such flag on a command line wins.
 
 The kernels spell their fused multiply-adds out (math::fmadd) and every mode, every tile of the verify
-family and every backend must run the same instruction sequence (SPEC §3). A unit compiled without the
+family and every backend must run the same instruction sequence (docs/modes.md). A unit compiled without the
 flag lets the compiler fuse a product into a sum on its own (nvcc with fmad on turns the inlined expf of
 softplus and sigmoid into other FMAs), so a kernel built there rounds differently from the library's:
 bench_verify_sweep's members, checked bitwise against the library on the GPU, would all differ. No test

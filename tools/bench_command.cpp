@@ -1,6 +1,6 @@
 // `kdagraph bench`: rounds of the host engine timed over {two-phase, fused-accept} x {eager, graph} x
 // {sampler in the round, outside it} x batch sizes x T, in one place. Per point: medians of host time per
-// round and, on CUDA, device time per round (CUDA events); the state bytes SPEC §7 says a round moves,
+// round and, on CUDA, device time per round (CUDA events); the state bytes docs/shapes.md says a round moves,
 // divided by that time, against the measured copy ceiling. With --node-trace (CUDA, CUPTI), as many
 // rounds again are traced per graph point for the device's idle share between the nodes of a replayed
 // round. Writes CSV and a markdown table, then the graphs issue's aims judged on these numbers.
@@ -117,7 +117,7 @@ struct Result {
   double host_ms = 0, device_ms = NAN;  // medians per round; device time on CUDA only
   double tokens_per_s = 0;
   int32_t kernel_nodes = 0;  // of one captured round (graph points)
-  double state_bytes = 0;  // per round, SPEC §7
+  double state_bytes = 0;  // per round, docs/shapes.md
   double bandwidth_gbs = 0;
   // --node-trace, graph points: medians over the traced replays of the graph's nodes.
   double graph_nodes = NAN, graph_us = NAN, idle_pct = NAN, largest_gap_us = NAN;
@@ -211,7 +211,7 @@ Result run_point(const Point& p, const EngineSetup& base, const BenchOptions& o,
   if (!device.empty()) res.device_ms = median(device);
   const double ms = device.empty() ? res.host_ms : res.device_ms;
   res.tokens_per_s = double(engine.tokens_accepted() - tokens_before) / (total_ms * 1e-3);
-  res.state_bytes = mode_footprint(cfg.verifier).state_bytes_per_row * p.batch;  // SPEC §7
+  res.state_bytes = mode_footprint(cfg.verifier).state_bytes_per_row * p.batch;  // docs/shapes.md
   res.bandwidth_gbs = res.state_bytes / (ms * 1e-3) / 1e9;
 #if defined(KDAGRAPH_WITH_CUPTI)
   // After the timed rounds, as many again under the trace (tracing slows each node down). Only the
@@ -392,12 +392,12 @@ std::string markdown(const std::vector<Result>& results, const EngineSetup& base
                     describe(base.model) + "), io " + to_string(base.io) + ", state " + to_string(base.state) +
                     ", conv " + describe_conv(engine_config(base).verifier) + ", pdl " +
                     describe_pdl(base.pdl, base.backend) +
-                    (base.tree > 0 ? ", top-" + std::to_string(base.tree) + " token trees (SPEC 12)" : "") +
+                    (base.tree > 0 ? ", top-" + std::to_string(base.tree) + " token trees (docs/trees.md)" : "") +
                     (replay ? ", replay ring " + ring_text(base.ring) : "") + "\n\n";
   out +=
       "Copy ceiling " + fmt("%.4g", ceiling) + " GB/s (" +
       (cuda ? "device-to-device cudaMemcpy" : "memcpy on the CPU cores") +
-      ", bytes read + written). State GB/s: the bytes SPEC 7 says a round moves over " +
+      ", bytes read + written). State GB/s: the bytes docs/shapes.md says a round moves over " +
       (cuda ? "the device time" : "the host time") + ". " +
       (cuda ? "Device time from CUDA events around the round, with every launch of the round queued before "
               "the first event fires (the stream is held until then), so it is the device's time alone; host "

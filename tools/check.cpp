@@ -63,7 +63,7 @@ std::string slot_list(const std::vector<int32_t>& slots) {
 
 ReferenceCheck::ReferenceCheck(const HostEngineConfig& run) : ref_(reference_config(run)) {
   const VerifierConfig& v = run.verifier;
-  // SPEC §13: with a low-precision state, replay rounds at its flushes only and the two-phase reference
+  // docs/low_precision.md: with a low-precision state, replay rounds at its flushes only and the two-phase reference
   // at every stored post-state; every other pairing rounds alike, bitwise on the CPU.
   const bool rounds_alike = v.pool.state_dtype == DType::f32 || !mode_policy(v.mode).ring;
   result_.bitwise = v.backend == Backend::cpu && rounds_alike;

@@ -1,7 +1,7 @@
-// `kdagraph run --check` (SPEC §8): the same rounds through a CPU two-phase eager HostEngine with the
+// `kdagraph run --check` (docs/cli.md): the same rounds through a CPU two-phase eager HostEngine with the
 // same seed and configuration (with a conv, as the unfused conv and verify), compared round by round: every round's outputs and every retired
-// request's materialized state and conv window. Bitwise when the run is on the CPU (SPEC §3: all modes
-// and executions agree bitwise on one backend), except replay with a low-precision state (SPEC §13); else
+// request's materialized state and conv window. Bitwise when the run is on the CPU (docs/modes.md: all modes
+// and executions agree bitwise on one backend), except replay with a low-precision state (docs/low_precision.md); else
 // within a relative tolerance, ||run - ref|| / ||ref|| per round or request, except the conv windows,
 // copies of inputs, which are bitwise everywhere.
 #pragma once

@@ -5,7 +5,7 @@
 
 namespace kdagraph::cli {
 
-// Measured copy bandwidth in GB/s counting bytes read plus bytes written (the unit of SPEC §7's state
+// Measured copy bandwidth in GB/s counting bytes read plus bytes written (the unit of docs/shapes.md's state
 // transfers): device-to-device cudaMemcpy on CUDA, memcpy of host memory on the CPU.
 double copy_ceiling_gbs(Backend backend);
 

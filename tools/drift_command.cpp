@@ -1,4 +1,4 @@
-// `kdagraph drift` (SPEC §13): how far a KDA state stored in fp32, bf16 or fp16, rounded to nearest or
+// `kdagraph drift` (docs/low_precision.md): how far a KDA state stored in fp32, bf16 or fp16, rounded to nearest or
 // stochastically, drifts from an fp64 recurrence of the same accepted tokens, in every mode, over many
 // rounds of long-lived requests. The evidence for picking a state dtype and the default rounding.
 //
@@ -70,7 +70,7 @@ OptionTable drift_options(DriftOptions& o) {
   for (const Workload& w : workloads()) workload_names.push_back(w.name);
   OptionTable t("kdagraph drift",
                 "Runs R rounds of synthetic long-lived requests through every mode x state dtype x rounding on "
-                "the CPU backend beside an fp64 recurrence of the same accepted tokens (SPEC 13), and prints the "
+                "the CPU backend beside an fp64 recurrence of the same accepted tokens (docs/low_precision.md), and prints the "
                 "relative error of outputs and committed states at rounds 10, 100, ... R.");
   t.value("rounds", "R", "rounds (default 10000)",
           [&o](const std::string& n, const std::string& v) { o.rounds = int32_t(parse_int(n, v, 1, 10000000)); });
@@ -141,7 +141,7 @@ class InputStream {
   std::vector<bool> slow_;
 };
 
-// The fp64 recurrence (SPEC §1, the precomputed gate, L2-normalized q and k, q scaled by 1 / sqrt(K)):
+// The fp64 recurrence (docs/math.md, the precomputed gate, L2-normalized q and k, q scaled by 1 / sqrt(K)):
 // each request's committed state [HV, V, K], the round's outputs of every token, then the commit.
 class Reference {
  public:

@@ -148,7 +148,7 @@ HostEngineConfig engine_config(const EngineSetup& e) {
 
 void add_tree_option(OptionTable& t, int32_t& tree) {
   t.value("tree", "K",
-          "token trees (SPEC 12): each round's T tokens form a tree of at most K children a node, and the "
+          "token trees (docs/trees.md): each round's T tokens form a tree of at most K children a node, and the "
           "sampler accepts a random root-to-node path; 1 is a chain given as a tree (default: chains)",
           [&tree](const std::string& n, const std::string& v) { tree = int32_t(parse_int(n, v, 1, 64)); });
 }
@@ -206,7 +206,7 @@ std::string describe(const ConvShape& conv) {
 
 void add_ring_options(OptionTable& t, ReplayRing& ring) {
   t.value("ring", "R",
-          "replay mode only: records a slot's corrections ring holds per layer and head (SPEC 3), at least 2T "
+          "replay mode only: records a slot's corrections ring holds per layer and head (docs/modes.md), at least 2T "
           "(default 3T)",
           [&ring](const std::string& n, const std::string& v) {
             ring.records = int32_t(parse_int(n, v, 1, 1 << 16));
@@ -228,7 +228,7 @@ std::string describe_ring(const ReplayRing& ring, int32_t tokens) {
 
 void add_pdl_option(OptionTable& t, bool& pdl) {
   t.flag("no-pdl", "launch every kernel of a round only after the previous one has finished (by default each "
-         "may start early, programmatic dependent launch on sm_90 and later: SPEC 5)",
+         "may start early, programmatic dependent launch on sm_90 and later: docs/graphs.md)",
          [&pdl] { pdl = false; });
 }
 

@@ -1,4 +1,4 @@
-// What `kdagraph run` and `kdagraph bench` share: the model presets of SPEC §7 and their overrides, the
+// What `kdagraph run` and `kdagraph bench` share: the model presets of docs/shapes.md and their overrides, the
 // backend choice, and the HostEngineConfig a command line builds from them.
 #pragma once
 
@@ -16,7 +16,7 @@ struct Preset {
   ModelShape model;
   const char* what;
   // What the model runs with unless the command line says otherwise: its draft tokens a round (T =
-  // draft + 1; -1: the command's own default) and its short conv's width (SPEC §9, over C = 2 H K + HV V).
+  // draft + 1; -1: the command's own default) and its short conv's width (docs/conv.md, over C = 2 H K + HV V).
   int32_t draft = -1;
   int32_t conv_width = 4;
 };
@@ -69,8 +69,8 @@ struct EngineSetup {
   bool keep_outputs = false;
   int32_t conv_width = 4;            // the short convolution before each layer (SiLU, no bias); 0: none
   bool fuse_conv = true;             // the conv fused into each layer's verify (VerifierConfig::fuse_conv)
-  bool pdl = true;                   // programmatic dependent launch of the round's kernels (SPEC §5)
-  int32_t tree = 0;                  // SPEC §12: 0 chains; K: top-K token trees (HostEngineConfig::tree)
+  bool pdl = true;                   // programmatic dependent launch of the round's kernels (docs/graphs.md)
+  int32_t tree = 0;                  // docs/trees.md: 0 chains; K: top-K token trees (HostEngineConfig::tree)
   ReplayRing ring;                   // replay's corrections ring (VerifierConfig::ring); defaults 3 T, T + 1
   bool count_bytes = false;          // the kernels count the bytes they move (VerifierConfig::count_bytes)
 };
@@ -86,10 +86,10 @@ std::string describe(const ConvShape& conv);
 std::string describe_conv(const VerifierConfig& v);
 
 // --tree K: each round's tokens form a top-K token tree and the sampler accepts a random root-to-node
-// path (SPEC §12); K = 1 is a chain given as a tree.
+// path (docs/trees.md); K = 1 is a chain given as a tree.
 void add_tree_option(OptionTable& table, int32_t& tree);
 
-// --ring R --flush-min N: replay's corrections ring (SPEC 3); the library refuses values it cannot hold
+// --ring R --flush-min N: replay's corrections ring (docs/modes.md); the library refuses values it cannot hold
 // by name (ring.records, ring.flush_min), in replay mode only.
 void add_ring_options(OptionTable& table, ReplayRing& ring);
 // "R=24, flush at 9 pending records" with the defaults filled in for T = `tokens`.
@@ -100,14 +100,14 @@ void add_pdl_option(OptionTable& table, bool& pdl);
 // What the switch does on `backend` (on the CPU backend the kernels run one after another anyway).
 std::string describe_pdl(bool pdl, Backend backend);
 
-// What a mode costs (SPEC §3, §7), from the configuration alone.
+// What a mode costs (docs/modes.md, docs/shapes.md), from the configuration alone.
 struct ModeFootprint {
   int64_t transfers = 0;             // state-sized transfers per round, layer and head
   double state_bytes_per_row = 0;    // state bytes one row's round moves, over all layers
   int64_t pool_bytes_per_slot = 0;   // per slot, all layers
   int64_t scratch_bytes_per_slot = 0;
   int64_t ring_bytes_per_slot = 0;  // replay: the ring's records (k, g in the io dtype, u in fp32)
-  int64_t conv_state_bytes_per_slot = 0;    // SPEC §9, with a conv
+  int64_t conv_state_bytes_per_slot = 0;    // docs/conv.md, with a conv
   int64_t conv_scratch_bytes_per_slot = 0;  // two-phase with a conv
 };
 ModeFootprint mode_footprint(const VerifierConfig& v);

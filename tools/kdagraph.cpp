@@ -1,5 +1,5 @@
-// The `kdagraph` command line: `run` (the host engine of SPEC §8), `bench` (the sweeps) and `drift`
-// (SPEC §13). Every refusal is a message and an exit status, never a stack trace: 2 for a bad command
+// The `kdagraph` command line: `run` (the host engine of docs/cli.md), `bench` (the sweeps) and `drift`
+// (docs/low_precision.md). Every refusal is a message and an exit status, never a stack trace: 2 for a bad command
 // line, 1 for an error at run time, 3 for a failed --check.
 #include <cstdio>
 #include <cstring>

@@ -1,4 +1,4 @@
-// `kdagraph run`: a host engine decoding R rounds (SPEC §8): start, run_round x R, finish, each round
+// `kdagraph run`: a host engine decoding R rounds (docs/cli.md): start, run_round x R, finish, each round
 // timed on the host clock; with --check, the same rounds through the CPU two-phase eager reference.
 #include <algorithm>
 #include <chrono>
@@ -56,7 +56,7 @@ constexpr int32_t kDefaultDraft = 3;
 OptionTable run_options(RunOptions& o) {
   OptionTable t("kdagraph run",
                 "Decodes R rounds of speculative decoding through the KDA layers with the host engine of "
-                "SPEC 8 (synthetic inputs and sampler) and prints a summary.");
+                "docs/cli.md (synthetic inputs and sampler) and prints a summary.");
   add_model_options(t, o.model);
   t.value("draft", "N", "draft tokens per round, T = N + 1; 0 is plain decode (default: the preset's, else 3)",
           [&o](const std::string& n, const std::string& v) { o.draft = int32_t(parse_int(n, v, 0, 63)); });

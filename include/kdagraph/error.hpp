@@ -1,5 +1,5 @@
 // kdagraph: errors. Every public entry point validates on the host before it enqueues anything and
-// throws kdagraph::Error naming the argument, its value and the allowed range (SPEC §6).
+// throws kdagraph::Error naming the argument, its value and the allowed range (docs/errors.md).
 #pragma once
 
 #include <cstdint>
@@ -56,7 +56,7 @@ inline void require(bool ok, const char* where, const char* argument, Message&& 
 
 namespace kdagraph {
 
-// What only the device can see (SPEC §6): a kernel that meets a bad value clamps it to a safe one and
+// What only the device can see (docs/errors.md): a kernel that meets a bad value clamps it to a safe one and
 // records it here. The first error's code, row and value are kept; `count` counts them all.
 enum class DeviceErrorCode : uint32_t {
   none = 0,
@@ -64,7 +64,7 @@ enum class DeviceErrorCode : uint32_t {
   slot_repeated = 2,        // a slot already used by an earlier row: the later row is treated as padding
   accept_out_of_range = 3,  // an accept length outside its range: clamped into it
   layer_base_invalid = 4,   // a layer table entry null or not 16-byte aligned: the row is treated as padding
-  parent_out_of_range = 5,  // a token tree's parent[t] outside [-1, t) (SPEC §12): read as t - 1 (the chain's)
+  parent_out_of_range = 5,  // a token tree's parent[t] outside [-1, t) (docs/trees.md): read as t - 1 (the chain's)
   path_invalid = 6,         // an accepted path that is not a root-to-node chain of the tree: cut at its first bad node
   ring_out_of_range = 7,    // a replay ring cursor (ring_pending, ring_start) outside its range: clamped into it
 };

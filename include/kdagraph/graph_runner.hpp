@@ -1,4 +1,4 @@
-// kdagraph: bucketed CUDA graphs of a whole round (SPEC §5).
+// kdagraph: bucketed CUDA graphs of a whole round (docs/graphs.md).
 //
 // A GraphRunner captures, for every bucket of a BucketPlan, the round of a Verifier: the index build,
 // then the L verifies (each after the engine's optional per-layer work; with a conv, the layer's short
@@ -24,7 +24,7 @@ namespace kdagraph {
 enum class Exec : int32_t { eager = 0, graph = 1 };
 const char* to_string(Exec e);
 
-// SPEC §5 default buckets: 1-8, 10-32 step 2, 40-64 step 4, 72-256 step 8, then step 16; max_bs is
+// docs/graphs.md default buckets: 1-8, 10-32 step 2, 40-64 step 4, 72-256 step 8, then step 16; max_bs is
 // always the last one.
 std::vector<int32_t> default_buckets(int32_t max_bs);
 
@@ -51,7 +51,7 @@ void enqueue_host(const Stream& s, std::function<void()> fn);
 // nothing): they name buffers and must not depend on before_layer having run.
 struct RoundHooks {
   // Work before the round's index build, in the graph (e.g. a drafter writing the round's token tree
-  // into the verifier's batch_buffers().parent, SPEC §12). Optional.
+  // into the verifier's batch_buffers().parent, docs/trees.md). Optional.
   std::function<void(const Stream&, int32_t rows)> before_round;
   // Work before layer `layer`'s verify (a model's projections producing its inputs). Optional. With
   // VerifierConfig::pdl the layer's conv or verify may start before this work finishes: it must not
@@ -65,7 +65,7 @@ struct RoundHooks {
   std::function<ConvLayerInputs(int32_t layer)> conv_inputs;
   // A capturable sampler: enqueues work writing accept lengths [rows] and returns that buffer. Optional.
   std::function<const int32_t*(const Stream&, int32_t rows)> sampler;
-  // With VerifierConfig::trees (SPEC §12), instead of `sampler`: a capturable sampler that enqueues work
+  // With VerifierConfig::trees (docs/trees.md), instead of `sampler`: a capturable sampler that enqueues work
   // writing accepted root-to-node paths [rows, T] (accept_index, ops::accept_path) and returns that
   // buffer. The round's tree is the verifier's (Verifier::set_tree, or batch_buffers().parent), device
   // data read inside the graph, so one graph per bucket serves every tree.

@@ -1,4 +1,4 @@
-// kdagraph: a host engine that decodes rounds the way an inference engine would (SPEC §8). It stands
+// kdagraph: a host engine that decodes rounds the way an inference engine would (docs/cli.md). It stands
 // in for the model: each layer's inputs and the sampler's accept lengths are counter-based hashes of
 // (seed, round, slot, layer, token, element), generated on the backend inside the round; with a conv
 // (VerifierConfig::conv) the hashed inputs are the pre-conv projections and the conv makes q, k and v.
@@ -27,7 +27,7 @@ struct HostEngineConfig {
   double retire_rate = 0.0;     // per round, each live request retires with this probability
   bool vary_batch = false;      // each round runs a random subset of 1..batch live requests
   bool keep_outputs = false;    // copy each round's outputs to the host (tests, --check)
-  // SPEC §12: 0, chains; K >= 1, each round's T tokens of a request form a hashed tree of at most K
+  // docs/trees.md: 0, chains; K >= 1, each round's T tokens of a request form a hashed tree of at most K
   // children a node (synthetic_tree, drafted on the backend inside the round), and the sampler accepts a
   // root-to-node path (synthetic_path). The engine's verifier then runs with VerifierConfig::trees.
   int32_t tree = 0;

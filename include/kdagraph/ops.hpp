@@ -1,4 +1,4 @@
-// kdagraph: the operations of a round over buffers the caller owns (SPEC §10).
+// kdagraph: the operations of a round over buffers the caller owns (docs/ops.md).
 //
 // An engine that keeps its own state pools (SGLang's one [L, P + 1, HV, V, K] tensor, vLLM's tensor per
 // layer) describes them with views and calls these operations; the Verifier is an owner of buffers
@@ -19,7 +19,7 @@
 // see (an accept length written by another kernel, a null entry in a device-resident layer table) is
 // clamped to a safe value and recorded in SlotStorage::errors.
 //
-// Programmatic dependent launch (SPEC §5, RoundSpec::pdl, on by default on sm_90 and later): each kernel
+// Programmatic dependent launch (docs/graphs.md, RoundSpec::pdl, on by default on sm_90 and later): each kernel
 // of a round may start while the kernel before it on the stream is still running. Before its wait on
 // that kernel it reads only what earlier rounds wrote (the seed rows of the pool or scratch, replay's
 // ring records, conv state columns, the slots' kept paths of a tree, weights and gate parameters);
@@ -42,7 +42,7 @@ namespace kdagraph {
 
 // Where one kind of state lives for every layer: the pool (row = slot) or the per-token scratch
 // (row = slot * S + t). Row r of layer l starts r * row_stride elements after layer l's base; inside a
-// row the HV heads are compact [HV, V, K] (SPEC §2). The memory is the caller's, in the backend's memory.
+// row the HV heads are compact [HV, V, K] (docs/storage.md). The memory is the caller's, in the backend's memory.
 struct StateView {
   DType dtype = DType::f32;
   int32_t layers = 0;      // L
@@ -63,14 +63,14 @@ StateView state_view(void* base, DType dtype, int32_t layers, int64_t layer_stri
 StateView state_view_table(void* const* layer_table, DType dtype, int32_t layers, int64_t rows,
                            int64_t row_stride);
 
-// The per-slot storage a round reads and writes (SPEC §2).
+// The per-slot storage a round reads and writes (docs/storage.md).
 struct SlotStorage {
   int32_t slots = 0;          // P: a batch names slots in [0, P)
   int32_t scratch_steps = 0;  // S >= T
   StateView pool;             // at least P rows
   StateView scratch;          // at least P * S rows, same dtype as the pool (modes with per-token scratch)
   int32_t* accept_len = nullptr;  // [P] int32
-  // Replay mode (SPEC §3), the corrections ring [TAG_RING_LAYOUT]: row = slot, R records of one
+  // Replay mode (docs/modes.md), the corrections ring [TAG_RING_LAYOUT]: row = slot, R records of one
   // layer. ring_kg holds each record's k [R, H, K] then its g [R, HV, K] in the io dtype
   // (ring_kg_row_elems), ring_u its u [R, HV, V] in fp32 (ring_u_row_elems). ring_pending [P] counts
   // the slot's accepted records not yet folded into its checkpoint (pool[slot]), which start at record
@@ -83,7 +83,7 @@ struct SlotStorage {
   // accepted round wrote (fused-accept and replay with a conv). The accept step flips it; a prefill and
   // materialize set it to 0.
   int32_t* round_parity = nullptr;
-  // The short convolution's state (SPEC §9), present exactly when spec.conv.width > 0. Both in the io
+  // The short convolution's state (docs/conv.md), present exactly when spec.conv.width > 0. Both in the io
   // dtype, time-major with the C channels of one column contiguous [TAG_CONV_LAYOUT]:
   //   conv_state:   row = slot, conv_state_row_elems. Fused-accept and replay: two halves of W - 1 + S
   //                 columns, [W - 1 base | S new] each; the slot's history is half round_parity[slot]'s
@@ -94,14 +94,14 @@ struct SlotStorage {
   //   conv_scratch: two-phase only, row = slot * S + t, conv_scratch_row_elems: token t's W - 1 columns.
   StateView conv_state;
   StateView conv_scratch;
-  // SPEC §12, where needs_accept_path(spec): [P, T] int32, each slot's accepted root-to-node path (its
+  // docs/trees.md, where needs_accept_path(spec): [P, T] int32, each slot's accepted root-to-node path (its
   // node indices, -1 after), written by the accept step: the conv state's halves hold the round's
   // inputs in token order, and the next round reads the slot's history through the path (no scatter).
   int32_t* accept_path = nullptr;
   // Optional: where kernels record what only the device can see (device-writable; host-mapped pinned
   // memory lets the host read it without synchronizing).
   DeviceErrorWord* errors = nullptr;
-  // Stochastic rounding (RoundSpec::rounding, SPEC §13): each slot's seed, the key of its draws, and its
+  // Stochastic rounding (RoundSpec::rounding, docs/low_precision.md): each slot's seed, the key of its draws, and its
   // store counter, which the accept step advances every round, so that a graph's replays draw afresh
   // with no host work. A prefill gives a reused slot a new seed (Verifier::prefill does; a caller of
   // the ops writes its own). Null, and not read, with round to nearest.
@@ -119,18 +119,18 @@ struct RoundSpec {
   int32_t tokens = 0;     // T = 1 + draft tokens, 1 <= T <= S
   DType io_dtype = DType::f32;
   VerifyOptions options;
-  // How the round's state stores round to the storage's state dtype (SPEC §13); stochastic needs
+  // How the round's state stores round to the storage's state dtype (docs/low_precision.md); stochastic needs
   // SlotStorage::rounding_seed and rounding_counter.
   Rounding rounding = Rounding::nearest;
   Mode mode = Mode::fused_accept;
-  // Replay (SPEC §3): R records a slot and flush_min, both resolved (round_spec fills a config's
+  // Replay (docs/modes.md): R records a slot and flush_min, both resolved (round_spec fills a config's
   // defaults): 2 T <= R, 0 <= flush_min <= R - T. Other modes ignore it.
   ReplayRing ring;
   ConvShape conv;         // the layers' short convolution; width 0: none
   // Programmatic dependent launch of the round's kernels (see the top of this file); false launches each
   // only after the previous one has finished (for A/B runs). Ignored where the device has no PDL.
   bool pdl = true;
-  // SPEC §12: the round's tokens of a row may form a tree (BatchView::parent), and the sampler accepts a
+  // docs/trees.md: the round's tokens of a row may form a tree (BatchView::parent), and the sampler accepts a
   // root-to-node path (ops::accept_path). Off: every round is a chain, and a batch's parent is refused.
   // With a tree, the verify keeps the states later tokens branch from aside (in fp32), so at most
   // kMaxCudaTreeTokens tokens on CUDA. Every mode (replay: the accept step moves the accepted path's
@@ -138,7 +138,7 @@ struct RoundSpec {
   bool trees = false;
 };
 
-// SPEC §12: the most tokens of a round of token trees on the CUDA backend (RoundSpec::trees).
+// docs/trees.md: the most tokens of a round of token trees on the CUDA backend (RoundSpec::trees).
 inline constexpr int32_t kMaxCudaTreeTokens = 16;
 
 // One layer's inputs for a batch of rows, in backend memory, row-major with the last dim contiguous, in
@@ -169,13 +169,13 @@ struct BatchView {
   const int32_t* slots = nullptr;   // [rows] slot of each row; -1 marks a padded row
   const int32_t* n_real = nullptr;  // [1] rows >= n_real are padding whatever `slots` holds
   int32_t rows = 0;                 // N: the bucket the round runs at
-  // SPEC §12, with RoundSpec::trees: [rows, T] the parent of each token of each row, parent[n][0] = -1
+  // docs/trees.md, with RoundSpec::trees: [rows, T] the parent of each token of each row, parent[n][0] = -1
   // and parent[n][t] in [-1, t) (-1: a child of the seed). Null: chains. The index build copies it into
   // RoundIndices::parent, reading as t - 1 (and recording) a parent outside that range.
   const int32_t* parent = nullptr;
 };
 
-// The per-row indices of one round (SPEC §4), built on the device once per forward and shared by every
+// The per-row indices of one round (docs/indices.md), built on the device once per forward and shared by every
 // layer. Every entry of a padded row is negative. [TAG_INDEX_LAYOUT]
 struct RoundIndices {
   int32_t capacity = 0;             // rows the arrays hold
@@ -193,7 +193,7 @@ struct RoundIndices {
   int32_t* ring_flush = nullptr;    // [N] 1: the verify writes its folded state back, the new records restart
   int32_t* row_parity = nullptr;    // [N] round_parity[slot] where the spec needs it, else -1; the accept
                                     // step sets the slot's parity to 1 - row_parity[n]
-  int32_t* parent = nullptr;        // [N, T] the checked token tree (SPEC §12): chains when the round has none
+  int32_t* parent = nullptr;        // [N, T] the checked token tree (docs/trees.md): chains when the round has none
 };
 
 // Whether a round keeps SlotStorage::accept_path: token trees with the conv state's halves (fused
@@ -219,7 +219,7 @@ int64_t conv_state_row_elems(const RoundSpec& spec, int32_t scratch_steps);
 // Elements (io dtype) of one conv scratch row (two-phase): one token's window, (W - 1) * C.
 int64_t conv_scratch_row_elems(const RoundSpec& spec);
 
-// One layer's short convolution for a batch of rows (SPEC §9), in backend memory. The outputs are up
+// One layer's short convolution for a batch of rows (docs/conv.md), in backend memory. The outputs are up
 // to three segments that tile the channels [0, C) in order, each [rows, T, channels] contiguous in the
 // io dtype: a plain y [rows, T, C] is one segment; q, k and v as the verify reads them are three
 // (conv_into_verify_inputs). Unused segments have channels 0.
@@ -241,7 +241,7 @@ struct ConvLayerInputs {
 ConvLayerInputs conv_into_verify_inputs(const RoundSpec& spec, const void* x, const float* weight, const float* bias,
                                         void* q, void* k, void* v);
 
-// A standalone short convolution with SPEC §11's short_conv semantics (the fused-accept offset window,
+// A standalone short convolution with docs/python.md's short_conv semantics (the fused-accept offset window,
 // in place): x [batch, T, C], y [batch, T, C], one conv state of rows of W - 2 + S columns.
 struct ShortConvCall {
   ConvShape conv;                 // C, W, activation
@@ -253,12 +253,12 @@ struct ShortConvCall {
   const float* weight = nullptr;  // [C, W]
   const float* bias = nullptr;    // [C], optional
   void* y = nullptr;
-  // One layer, rows N: row state_indices[b] is batch row b's. Any C (SPEC §11): the base and the row
+  // One layer, rows N: row state_indices[b] is batch row b's. Any C (docs/python.md): the base and the row
   // stride need only be element-aligned here, not 16-byte aligned as a round's views are.
   StateView conv_state;
   const int32_t* state_indices = nullptr;  // [B] negative: a padded row (zero output, nothing read or written)
   const int32_t* num_accepted = nullptr;   // [B] the window starts at column max(a - 1, 0)
-  // SPEC §12, optional: [B, T] this call's token tree per row (parent[b][t] in [-1, t); outside is read as
+  // docs/trees.md, optional: [B, T] this call's token tree per row (parent[b][t] in [-1, t); outside is read as
   // t - 1 and recorded): token t's window runs back along its ancestors ...
   const int32_t* parent = nullptr;
   // ... and [B, T] the path each row accepted in the call before (SGLang's accept_index: node indices
@@ -282,7 +282,7 @@ struct GateParams {
   int32_t gate_heads = 0;          // LayerInputs::gate_heads
 };
 
-// Rows a caller names itself, FlashInfer's recurrent_kda way (SPEC §11): int32 arrays in backend memory,
+// Rows a caller names itself, FlashInfer's recurrent_kda way (docs/python.md): int32 arrays in backend memory,
 // where a negative entry names no row. Set exactly one of seed_row and seed_token.
 struct IndexedRows {
   const int32_t* seed_row = nullptr;    // [rows] the seed is row seed_row[n] of `seeds` ...
@@ -291,22 +291,22 @@ struct IndexedRows {
   // false: a frozen verify (FlashInfer's disable_state_update): the same seeds and outputs, no state row
   // written. write_row is then read only to find a seed_token's row.
   bool write_states = true;
-  // SPEC §12, optional: [rows, T] a token tree per row (as BatchView::parent), with spec.trees. Null: chains.
+  // docs/trees.md, optional: [rows, T] a token tree per row (as BatchView::parent), with spec.trees. Null: chains.
   const int32_t* parent = nullptr;
 };
 
 namespace ops {
 
-// SPEC §4: the round's indices from the batch and the accept lengths. Slots the device finds out of
+// docs/indices.md: the round's indices from the batch and the accept lengths. Slots the device finds out of
 // range or repeated make their rows padding; an accept length outside [0, S] is clamped. Both are
 // recorded in storage.errors.
 void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const BatchView& batch,
                    const RoundIndices& idx);
 
-// SPEC §1, §3: the T-token verify of layer `layer` for `rows` rows: each row seeds where `idx` says,
+// docs/math.md, docs/modes.md: the T-token verify of layer `layer` for `rows` rows: each row seeds where `idx` says,
 // writes every post-state to scratch row write_row[n][t] (a negative row: not written) and every output.
 // Padded rows read nothing, write no state and output zeros.
-// `batch`, optional, is the batch `idx` was built from (SPEC §5, programmatic dependent launch): with it
+// `batch`, optional, is the batch `idx` was built from (docs/graphs.md, programmatic dependent launch): with it
 // each block loads its seed tile before it waits on the previous kernel, from where the batch, the
 // slots' accept lengths and their round parities say it is (the index arrays confirm it after the
 // wait). The kernel enqueued just before the verify may then run while the seed loads: it must not
@@ -319,7 +319,7 @@ void build_indices(const Stream& s, const RoundSpec& spec, const SlotStorage& st
 void verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                   int32_t rows, int32_t layer, const LayerInputs& in, const BatchView* batch = nullptr);
 
-// SPEC §9 "fused with the verify": layer `layer`'s short convolution and its verify in one launch, bitwise
+// docs/conv.md "fused with the verify": layer `layer`'s short convolution and its verify in one launch, bitwise
 // what conv_layer followed by verify_layer gives (outputs, post-states, conv state, conv scratch, token
 // cache), without writing q, k and v anywhere: `conv` gives x (16-byte aligned), weight and bias (its
 // output segments are not used), `in` gives g, beta, o and the gate parameters (its q, k and v are not
@@ -329,7 +329,7 @@ void conv_verify_layer(const Stream& s, const RoundSpec& spec, const SlotStorage
                        int32_t rows, int32_t layer, const ConvLayerInputs& conv, const LayerInputs& in,
                        const BatchView* batch = nullptr);
 
-// SPEC §1, §11: the T-token verify of layer `layer` of `rows` rows over rows the caller names (`idx`),
+// docs/math.md, docs/python.md: the T-token verify of layer `layer` of `rows` rows over rows the caller names (`idx`),
 // not slots: FlashInfer's spec decode. Row n seeds where idx says (a negative seed row: a padded row,
 // zero output, nothing read or written), writes the post-state of token t to row write_row[n][t] of
 // `states` (negative: not written) and every output. A seed length outside [1, T] is clamped, a row
@@ -340,7 +340,7 @@ void verify_indexed(const Stream& s, const RoundSpec& spec, const StateView& see
                     const IndexedRows& idx, int32_t rows, int32_t layer, const LayerInputs& in,
                     DeviceErrorWord* errors = nullptr);
 
-// SPEC §4, §11: SGLang's fused-accept index pair for `rows` rows of `slots` (-1 marks a padded row):
+// docs/indices.md, docs/python.md: SGLang's fused-accept index pair for `rows` rows of `slots` (-1 marks a padded row):
 // write_row[n][t] = slot * scratch_steps + t ([rows, tokens]) and accepted[n] = accept_len[max(slot, 0)]
 // ([rows]), all in backend memory. A padded row's write rows are all -1 and it gathers from slot 0. A
 // slot outside [0, pool_slots) or repeated makes its row padding and is recorded in `errors` (optional).
@@ -348,7 +348,7 @@ void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, con
                         int32_t pool_slots, int32_t scratch_steps, int32_t tokens, int32_t* write_row,
                         int32_t* accepted, DeviceErrorWord* errors = nullptr);
 
-// SPEC §9: the short convolution of layer `layer` for `rows` rows, before its verify: each row reads
+// docs/conv.md: the short convolution of layer `layer` for `rows` rows, before its verify: each row reads
 // its window from storage.conv_state (fused-accept, replay: column a of half p, with a and p the
 // gathered idx.seed_accept and idx.row_parity, and writes its history to half 1 - p; two-phase: at
 // column 0, each token's window written to conv_scratch row write_row[n][t]) and writes y to the
@@ -356,17 +356,17 @@ void build_slot_indices(const Stream& s, const int32_t* slots, int32_t rows, con
 void conv_layer(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
                 int32_t rows, int32_t layer, const ConvLayerInputs& in);
 
-// SPEC §11 short_conv over one caller-owned conv state (see ShortConvCall).
+// docs/python.md short_conv over one caller-owned conv state (see ShortConvCall).
 void short_conv(const Stream& s, const ShortConvCall& call);
 
-// SPEC §3 accept: `accepted` [rows] in backend memory (the sampler's lengths). Fused-accept writes
+// docs/modes.md accept: `accepted` [rows] in backend memory (the sampler's lengths). Fused-accept writes
 // accept_len[slot] = a; two-phase records a in idx.row_accept for the commit. Where the spec keeps a
 // round parity, the slot's flips to the buffers this round wrote. A length outside [1, T] is clamped into
 // it and recorded.
 void accept(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
             int32_t rows, const int32_t* accepted);
 
-// SPEC §12, with spec.trees: accept as ops::accept does, from the sampler's accepted root-to-node paths,
+// docs/trees.md, with spec.trees: accept as ops::accept does, from the sampler's accepted root-to-node paths,
 // `accept_index` [rows, T] in backend memory (SGLang's form: each row's node indices from a child of
 // the seed, token 0 in SGLang's trees, down the tree, -1 after the path's end). The row's accept length
 // becomes its last node + 1, so the next seed (fused accept), the commit and materialize read that
@@ -382,7 +382,7 @@ void accept_path(const Stream& s, const RoundSpec& spec, const SlotStorage& stor
 void commit(const Stream& s, const RoundSpec& spec, const SlotStorage& storage, const RoundIndices& idx,
             int32_t rows);
 
-// SPEC §3 materialize: for each of the `count` slots listed in `slots` (backend memory), pool[slot] =
+// docs/modes.md materialize: for each of the `count` slots listed in `slots` (backend memory), pool[slot] =
 // the slot's latest state, in every layer. Fused-accept copies scratch row slot*S + a - 1 (a =
 // accept_len[slot] >= 1); replay folds the slot's pending records into its checkpoint, which needs each
 // layer's gate parameters when the gate is in the kernel: `gates` [L] (host array of backend pointers),

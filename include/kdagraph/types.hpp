@@ -17,7 +17,7 @@ enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2 };
 inline constexpr size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
 const char* to_string(DType t);
 
-// SPEC §13: how a store of the recurrent state rounds fp32 to a 16-bit state dtype. nearest: to nearest
+// docs/low_precision.md: how a store of the recurrent state rounds fp32 to a 16-bit state dtype. nearest: to nearest
 // even. stochastic: up or down with the probabilities that keep the expected value, from counter-based
 // random bits keyed by the slot's seed (SlotStorage::rounding_seed). An fp32 state is stored exactly.
 enum class Rounding : int32_t { nearest = 0, stochastic = 1 };
@@ -28,7 +28,7 @@ const char* to_string(Backend b);
 // True when the library was built with CUDA and a device is visible.
 bool cuda_available();
 
-// How the recurrent state advances from one round to the next (SPEC §3).
+// How the recurrent state advances from one round to the next (docs/modes.md).
 enum class Mode : int32_t { two_phase = 0, fused_accept = 1, replay = 2 };
 const char* to_string(Mode m);
 
@@ -39,10 +39,10 @@ struct ModePolicy {
   bool seed_from_scratch = false;  // accept_len a >= 1 names the seed: scratch row slot*S + a - 1
   bool accept_sets_slot = false;   // accept writes accept_len[slot]; otherwise a per-row record
   bool commit = false;             // a commit copies the accepted post-state into the pool, every layer
-  // A checkpoint a slot and a ring of (k, g, u) records (SPEC §3 replay): verify folds the pending
+  // A checkpoint a slot and a ring of (k, g, u) records (docs/modes.md replay): verify folds the pending
   // records into the checkpoint first and appends the new tokens' records; accept moves the cursor.
   bool ring = false;
-  // The short convolution's window (SPEC §9): at column max(a - 1, 0) of the conv state, advanced in
+  // The short convolution's window (docs/conv.md): at column max(a - 1, 0) of the conv state, advanced in
   // place; otherwise at column 0, each token's window to a conv scratch and the commit copies one back.
   bool conv_offset_window = false;
 };
@@ -56,7 +56,7 @@ constexpr ModePolicy mode_policy(Mode m) {
   return ModePolicy{};  // not a Mode: needs nothing, and validation refuses it
 }
 
-// State-sized transfers per round, layer and value head (SPEC §7), at most: what a benchmark divides
+// State-sized transfers per round, layer and value head (docs/shapes.md), at most: what a benchmark divides
 // by its time. two-phase: 1 + T in verify and 2 in the commit; fused-accept: 1 + T; replay: the
 // checkpoint read, and its write on a flush round (records come on top, ReplayRing).
 constexpr int64_t state_transfers_per_round(Mode m, int32_t tokens) {
@@ -68,7 +68,7 @@ constexpr int64_t state_transfers_per_round(Mode m, int32_t tokens) {
   return 0;
 }
 
-// Replay's corrections ring (SPEC §3): R records a slot, layer and head; a verify writes its folded
+// Replay's corrections ring (docs/modes.md): R records a slot, layer and head; a verify writes its folded
 // state back to the checkpoint (a flush) when the slot's pending records number at least flush_min, or
 // when the ring could not hold another round's (pending + T > R - T). 2T <= R, 0 <= flush_min <= R - T.
 struct ReplayRing {
@@ -76,14 +76,14 @@ struct ReplayRing {
   int32_t flush_min = -1; // -1 in a config: the default, T + 1 (0: flush every round)
 };
 
-// SPEC §1, gate in kernel.
+// docs/math.md, gate in kernel.
 enum class GateMode : int32_t {
   precomputed = 0,   // g is the log decay itself
   softplus = 1,      // g = -exp(A_log[h]) * softplus(x + dt_bias)
   lower_bound = 2,   // g = lb * sigmoid(exp(A_log[h]) * (x + dt_bias))
 };
 
-// Per-layer preprocessing switches of SPEC §1.
+// Per-layer preprocessing switches of docs/math.md.
 struct VerifyOptions {
   bool l2norm_qk = false;
   bool use_scale = true;
@@ -102,10 +102,10 @@ struct InputStrides {
   int64_t row = 0, token = 0, head = 0;
 };
 
-// SPEC §9: the short convolution's activation.
+// docs/conv.md: the short convolution's activation.
 enum class ConvActivation : int32_t { silu = 0, none = 1 };
 
-// The causal depthwise convolution before each KDA layer's update (SPEC §9). width 0: the layers have
+// The causal depthwise convolution before each KDA layer's update (docs/conv.md). width 0: the layers have
 // none (the recurrent part alone).
 struct ConvShape {
   int32_t channels = 0;  // C = 2 * H * K + HV * V at a KDA layer
@@ -127,12 +127,12 @@ inline int32_t conv_channels(const ModelShape& m) {
   return 2 * m.heads * m.head_k + m.value_heads * m.head_v;
 }
 
-// State storage of SPEC §2.
+// State storage of docs/storage.md.
 struct PoolShape {
   int32_t slots = 0;          // P
   int32_t scratch_steps = 0;  // S, >= tokens per round
   DType state_dtype = DType::f32;            // of pool, scratch and replay's checkpoint: f32, bf16 or f16
-  Rounding rounding = Rounding::nearest;     // of every store of a state to state_dtype (SPEC §13)
+  Rounding rounding = Rounding::nearest;     // of every store of a state to state_dtype (docs/low_precision.md)
 };
 
 // A stream to enqueue on. On the CPU backend work runs at once (or is recorded into a CPU graph

@@ -1,4 +1,4 @@
-// kdagraph: the verify round of every KDA layer of a model, on one backend (SPEC §2–§4, §6).
+// kdagraph: the verify round of every KDA layer of a model, on one backend (docs/storage.md, docs/modes.md, docs/indices.md, docs/errors.md).
 //
 // A Verifier owns the state storage (pool, scratch, accept_len), the per-round index buffers and the
 // batch buffers (n_real, slots) at capacity size, and runs the operations of ops.hpp on them. Nothing
@@ -32,24 +32,24 @@ struct VerifierConfig {
   DType io_dtype = DType::f32;
   VerifyOptions options;
   Mode mode = Mode::fused_accept;
-  // Replay's corrections ring (SPEC §3): R records a slot (0: 3 T) and flush_min (-1: T + 1, or R - T
+  // Replay's corrections ring (docs/modes.md): R records a slot (0: 3 T) and flush_min (-1: T + 1, or R - T
   // where that is less). The GPU sweep times the choices.
   ReplayRing ring;
-  // The layers' short convolution (SPEC §9); width 0: none. With one, the Verifier also owns the conv
+  // The layers' short convolution (docs/conv.md); width 0: none. With one, the Verifier also owns the conv
   // state (and in two-phase the conv scratch), a prefill takes the last W - 1 inputs, and each layer's
   // conv runs with its verify.
   ConvShape conv;
   // With a conv: each layer's conv and verify in one kernel (enqueue_conv_verify, ops::conv_verify_layer);
   // false: the two launches enqueue_conv and enqueue_verify, bitwise the same results.
   bool fuse_conv = true;
-  // Programmatic dependent launch of every kernel of its rounds, its graphs' included (SPEC §5,
+  // Programmatic dependent launch of every kernel of its rounds, its graphs' included (docs/graphs.md,
   // RoundSpec::pdl, with what it asks of an engine's kernels); false for A/B runs.
   bool pdl = true;
-  // SPEC §12 token trees (RoundSpec::trees): the Verifier owns a parent array [max_rows, T] the index
+  // docs/trees.md token trees (RoundSpec::trees): the Verifier owns a parent array [max_rows, T] the index
   // build reads (set_tree from the host, or written on the device through batch_buffers().parent), and
   // rounds accept root-to-node paths (enqueue_accept_path). It starts as chains.
   bool trees = false;
-  // Stochastic rounding (pool.rounding, SPEC §13): the base of the slots' seeds. Slot s starts with a seed
+  // Stochastic rounding (pool.rounding, docs/low_precision.md): the base of the slots' seeds. Slot s starts with a seed
   // made from it and s, and each prefill gives the slot the next seed of its own sequence, so a reused
   // slot draws afresh and two Verifiers of one config draw alike.
   uint64_t rounding_seed = 0x6b646167726170ull;
@@ -58,7 +58,7 @@ struct VerifierConfig {
   bool count_bytes = false;
 };
 
-// Throws InvalidArgument naming the first bad field (SPEC §6).
+// Throws InvalidArgument naming the first bad field (docs/errors.md).
 void validate(const VerifierConfig& config);
 
 // A config's ring with its defaults filled in for T = `tokens` (VerifierConfig::ring).
@@ -81,7 +81,7 @@ class Verifier {
 
   const VerifierConfig& config() const;
 
-  // ---- storage, in backend memory (SPEC §2) ----
+  // ---- storage, in backend memory (docs/storage.md) ----
   // Pool [L, P, rows] and scratch [L, P * S, rows]: each row holds one slot's [HV, V, K] state and
   // starts row_stride_bytes() after the previous one (the compact size rounded up to 16 bytes).
   void* pool() const;
@@ -152,7 +152,7 @@ class Verifier {
   // enqueue_indices, then for every layer its conv and its verify (one kernel, or two without
   // config().fuse_conv); `convs` and `layers` have L entries.
   void enqueue_round(const Stream& s, const ConvLayerInputs* convs, const LayerInputs* layers, int32_t rows);
-  // With config().trees (SPEC §12), host: validates `parent` [n, T] of the current batch (parent[r][0]
+  // With config().trees (docs/trees.md), host: validates `parent` [n, T] of the current batch (parent[r][0]
   // = -1, parent[r][t] in [-1, t)) and writes it where the index build reads it (until the next
   // set_tree; the trees start as chains). A tree is device data: one captured graph per bucket serves
   // any tree. An engine whose drafter builds the tree on the device writes batch_buffers().parent.
@@ -170,14 +170,14 @@ class Verifier {
   // Two-phase only: copies each row's accepted post-state into the pool, all layers in one launch (and
   // with a conv its accepted window into the conv state, in one more).
   void enqueue_commit(const Stream& s, int32_t rows);
-  // SPEC §3 materialize: for each listed slot with accept_len a >= 1, pool[slot] = its state after the
+  // docs/modes.md materialize: for each listed slot with accept_len a >= 1, pool[slot] = its state after the
   // accepted prefix (fused-accept: scratch row a - 1; replay: the pending records folded), every layer,
   // with a conv its window moved to column 0, then accept_len = 0. `slots` is host memory, validated (in
   // range, no repeats). With the gate in the kernel, replay uses the A_log and dt_bias each layer's last
   // verify was given (check_gates).
   void enqueue_materialize(const Stream& s, const int32_t* slots, int32_t count);
 
-  // Replay mode with the gate in the kernel (SPEC §3): the records a verify folds hold the raw gate an
+  // Replay mode with the gate in the kernel (docs/modes.md): the records a verify folds hold the raw gate an
   // earlier round was given, not its decay: the verify that folds them applies its own A_log and dt_bias, and
   // materialize those of each layer's last verify. So they are the layer's weights and must not change
   // between rounds, neither their values nor where they are. Throws InvalidArgument naming A_log or
@@ -192,7 +192,7 @@ class Verifier {
   // modes, and the precomputed gate, have nothing to check.
   void check_gates(int32_t layer, const LayerInputs& in) const;
 
-  // ---- device-side errors (SPEC §6) ----
+  // ---- device-side errors (docs/errors.md) ----
   // A plain read of host-mapped memory: it does not wait for the stream. Read it after the work you
   // care about has completed (e.g. after your end-of-round event) to see that work's errors.
   DeviceErrorWord device_errors() const;

@@ -1,4 +1,4 @@
-"""kdagraph: the speculative-decoding verify step of Kimi Delta Attention layers (SPEC §11).
+"""kdagraph: the speculative-decoding verify step of Kimi Delta Attention layers (docs/python.md).
 
 Where engines already call a function, kdagraph offers the same signature and semantics, so code can
 switch by changing an import:
@@ -6,13 +6,13 @@ switch by changing an import:
 - ``build_fused_accept_indices`` (SGLang's keyword signature);
 - ``recurrent_kda`` (FlashInfer 0.7's signature, spec-decode semantics, its frozen verify; the calls
   flash-linear-attention makes through the same arguments: its plain form and ``cu_seqlens`` of different
-  lengths), and token trees (``parent_indices=``, SPEC §12).
+  lengths), and token trees (``parent_indices=``, docs/trees.md).
 
-Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-accept offset window, SPEC
-§9), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``, ``RoundIndices``,
+Beside them: ``short_conv`` (the KDA layer's short convolution with the fused-accept offset window,
+docs/conv.md), the operations of a round over caller-owned arrays (``RoundSpec``, ``SlotStorage``, ``RoundIndices``,
 ``build_indices``, ``conv_layer``, ``verify_layer``, ``conv_verify_layer`` (the two in one kernel), ``accept``,
 ``accept_path``, ``commit``, ``materialize``) and the owning classes ``Verifier`` and ``GraphRunner``
-(``conv_width=`` gives them the conv). Token trees (SPEC §12): ``short_conv(parent_indices=, accept_index=)``,
+(``conv_width=`` gives them the conv). Token trees (docs/trees.md): ``short_conv(parent_indices=, accept_index=)``,
 ``RoundSpec(trees=True)`` with ``build_indices(parent=)`` and ``accept_path``, and ``Verifier(trees=True)`` with
 ``set_tree``, ``accept_path_from_host`` and ``GraphRunner.accept_path``.
 
@@ -30,7 +30,7 @@ shape as passed); a CUDA failure raises
 stream of the arrays' framework when it is imported (torch's for torch tensors, cupy's
 ``cupy.cuda.get_current_stream()`` for cupy arrays), else stream 0.
 
-Replay mode (SPEC §3) keeps per slot one checkpoint (its pool row) and a ring of records of the tokens
+Replay mode (docs/modes.md) keeps per slot one checkpoint (its pool row) and a ring of records of the tokens
 it accepted since (``Verifier(ring_records=, flush_min=)`` and ``RoundSpec`` the same; ``SlotStorage``'s
 ``ring_kg``, ``ring_u``, ``ring_pending`` and ``ring_start``): a round first folds each slot's pending
 records into the checkpoint's state, bitwise the state fused accept would have kept. With the gate in
@@ -110,7 +110,7 @@ __all__ = [
 
 def build_fused_accept_indices(*, slots: Array, scratch_steps: int, draft_token_num: int,
                                accept_lens_pool: Array, stream: Any = None) -> Tuple[Array, Array]:
-    """SGLang's fused-accept indices (SPEC §4, §11), built on the slots' device.
+    """SGLang's fused-accept indices (docs/indices.md, docs/python.md), built on the slots' device.
 
     Returns ``(ssm_state_indices [N, T] int32, num_accepted_tokens [N] int32)``: row n addresses the
     scratch rows ``slots[n] * scratch_steps + t`` of its slot; a padded row (slot -1) is fully negative and
@@ -148,7 +148,7 @@ def build_fused_accept_indices(*, slots: Array, scratch_steps: int, draft_token_
 # ---- kdagraph's own: short_conv --------------------------------------------------------------------
 
 def _check_host_conv_trees(T: int, real, parent, accept_index) -> None:
-    """SPEC §12's host checks of short_conv's token trees, on the real rows (`real` [B] bool; a padded
+    """docs/trees.md's host checks of short_conv's token trees, on the real rows (`real` [B] bool; a padded
     row's entries are never read): `parent` [B, T] this call's tree, parent[b, t] in [-1, t) (so
     parent[b, 0] = -1); `accept_index` [B, T] a root-to-node path of the call before, its node indices in
     [0, T) strictly increasing, then only -1. Whether each step is a child of the one before, only the
@@ -187,7 +187,7 @@ def short_conv(x: Array, conv_state: Array, weight: Array, bias: Optional[Array]
                num_accepted_tokens: Array, activation: Optional[str] = "silu", output: Optional[Array] = None,
                parent_indices: Optional[Array] = None, accept_index: Optional[Array] = None,
                stream: Any = None) -> Array:
-    """The short convolution of a KDA layer with SPEC §9's fused-accept offset window (SPEC §11).
+    """The short convolution of a KDA layer with docs/conv.md's fused-accept offset window (docs/python.md).
 
     x ``[B, T, C]`` (the q, k and v projections concatenated; float32 or bfloat16), weight ``[C, W]``
     float32 (W = 2 to 4), bias ``[C]`` float32 or None, ``activation`` "silu" or "none" ("linear", None):
@@ -200,7 +200,7 @@ def short_conv(x: Array, conv_state: Array, weight: Array, bias: Optional[Array]
     call's window is at the accept length of this round's tokens. A negative ``state_indices[b]`` marks a
     padded row: zero output, nothing read or written. Returns y ``[B, T, C]`` (``output`` when given).
 
-    Token trees (SPEC §12, EAGLE top-k > 1), both ``[B, T]`` int32 (or int64, converted) and optional:
+    Token trees (docs/trees.md, EAGLE top-k > 1), both ``[B, T]`` int32 (or int64, converted) and optional:
 
     - ``parent_indices``: this call's tree per row, ``parent_indices[b, t]`` in ``[-1, t)`` (-1: a child of
       the seed; ``[b, 0]`` is -1). Token t's window is the inputs of its nearest W - 1 ancestors, oldest

@@ -1,4 +1,4 @@
-"""The drop-ins' arrays (SPEC §11): the caller's framework, host views, index conversion, the constant
+"""The drop-ins' arrays (docs/python.md): the caller's framework, host views, index conversion, the constant
 index arrays a warmed-up call reuses, and errors that name arguments, dtypes and shapes as the caller
 passed them."""
 

@@ -1,4 +1,4 @@
-"""FlashInfer 0.7's recurrent_kda (SPEC §11) and the forms flash-linear-attention calls through it.
+"""FlashInfer 0.7's recurrent_kda (docs/python.md) and the forms flash-linear-attention calls through it.
 
 Every call becomes verifies of [B, T] tokens (`_verify`), each seeding from and writing to the state rows
 its form names. cu_seqlens of one length is a reshape of the packed [1, B * T, ...] form; sequences of
@@ -45,7 +45,7 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
                   parent_indices: Optional[Array] = None, allow_neg_eigval: bool = False,
                   state_v_first: Optional[bool] = None, transpose_state_layout: Optional[bool] = None,
                   stream: Any = None) -> Tuple[Array, Optional[Array]]:
-    """FlashInfer 0.7's recurrent KDA with spec-decode semantics (SPEC §1, §11), its signature as is, and
+    """FlashInfer 0.7's recurrent KDA with spec-decode semantics (docs/math.md, docs/python.md), its signature as is, and
     flash-linear-attention's plain and varlen forms through it.
 
     q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g ``[B, T, HV, K]`` (log decay, or the raw gate input with
@@ -93,7 +93,7 @@ def recurrent_kda(q: Array, k: Array, v: Array, g: Array, beta: Array, A_log: Op
     pool forms (``ssm_state_indices``, ``num_spec_tokens``, ``initial_state_source``,
     ``disable_state_update``) refuse ``state_v_first=False`` by name: pass the pool V-major.
 
-    Token trees (SPEC §12, EAGLE's top-k > 1), kdagraph's own keyword: with ``parent_indices [B, T]``
+    Token trees (docs/trees.md, EAGLE's top-k > 1), kdagraph's own keyword: with ``parent_indices [B, T]``
     (int32, or int64 converted as the indices are; in q's memory) the T tokens of sequence b form a tree,
     token t updating the state of token ``parent_indices[b, t]`` (-1: the seed) and outputting from its
     own post-state, which goes where a chain's would (row ``ssm_state_indices[b, t]``). Each entry is in

@@ -1,5 +1,5 @@
-"""One verify of [B, T] tokens through the extension, in the form recurrent_kda's arguments name (SPEC
-§11): which state rows it seeds from and writes to, and what only the host can check of them."""
+"""One verify of [B, T] tokens through the extension, in the form recurrent_kda's arguments name
+(docs/python.md): which state rows it seeds from and writes to, and what only the host can check of them."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _check_host_indices(B: int, T: int, states_rows: int, write_row, seed_token,
             raise _bad(names["seed_row"], f"[{b}] = {int(r[b])} is outside the {seeds_rows} rows it indexes")
         seed = np.where(tokens > 0, r, -1)
     padded = seed < 0
-    if parent is not None:  # SPEC §12: parent[b, t] in [-1, t); a padded row's is never read
+    if parent is not None:  # docs/trees.md: parent[b, t] in [-1, t); a padded row's is never read
         p = _host_view(parent).reshape(B, -1)[:, :T]
         bad = ~padded[:, None] & exists & ((p < -1) | (p >= np.arange(T)[None, :]))
         if bad.any():
@@ -171,7 +171,7 @@ def _verify(q, k, v, g, beta, output, *, initial_state, output_final_state, froz
     if state_v_first and initial_state is not None and len(initial_state.shape) == 4 and K != V and \
             _shape(initial_state)[1:] == [HV, K, V]:
         raise _bad(names["states"], f"has shape {_shape(initial_state)}: FLA's [N, HV, K, V] layout; kdagraph's state "
-                                    f"is V-major, [N, HV, V, K] = [*, {HV}, {V}, {K}] (SPEC §1); pass "
+                                    f"is V-major, [N, HV, V, K] = [*, {HV}, {V}, {K}] (docs/math.md); pass "
                                     "state_v_first=False to have FLA's plain form run on a transposed copy")
     if host_checks and _is_host(q):
         if initial_state is not None and len(initial_state.shape) != 4:

@@ -1,4 +1,4 @@
-// SPEC §11: arrays in, zero-copy. Anything with __dlpack__ (numpy, torch, cupy) and numpy arrays of
+// docs/python.md: arrays in, zero-copy. Anything with __dlpack__ (numpy, torch, cupy) and numpy arrays of
 // ml_dtypes.bfloat16 (which numpy cannot export through DLPack) become a typed view of the caller's
 // memory; nothing is ever copied or converted. Every check names the Python argument it refused.
 #pragma once
@@ -51,7 +51,7 @@ struct Array {
 // break in-place updates), not fp32/bf16/fp16/int32, or in memory neither backend reads. A torch tensor that
 // requires grad is taken through .detach() (the same memory): kdagraph records no autograd graph.
 Array take(nb::handle obj, const char* name);
-// A pool of rows (SGLang's per-slot envelopes, SPEC §10): dimensions 1.. compact, dimension 0 (the
+// A pool of rows (SGLang's per-slot envelopes, docs/ops.md): dimensions 1.. compact, dimension 0 (the
 // slot) any stride of at least one row that is a multiple of `row_align_bytes`; the wrong stride is
 // named otherwise. Everything else as take.
 Array take_rows(nb::handle obj, const char* name, int64_t row_align_bytes);

@@ -15,22 +15,22 @@ namespace kdagraph::python {
 
 // "float32" / "f32", "bfloat16" / "bf16", "float16" / "f16" / "half".
 DType dtype_from(const std::string& name, const char* argument);
-// "nearest" or "stochastic" (SPEC §13), else InvalidArgument naming rounding.
+// "nearest" or "stochastic" (docs/low_precision.md), else InvalidArgument naming rounding.
 Rounding rounding_from(const std::string& name);
 // A Mode, or its command-line name: "two-phase", "fused-accept", "replay".
 Mode mode_from(nb::handle mode);
-// "precomputed" (g is the log decay), "softplus", "lower-bound" (SPEC §1 gate in kernel).
+// "precomputed" (g is the log decay), "softplus", "lower-bound" (docs/math.md gate in kernel).
 GateMode gate_from(const std::string& name);
 Backend backend_from(const std::string& name);
-// SPEC §9 activation: "silu", or "none" (also spelled "linear", or None).
+// docs/conv.md activation: "silu", or "none" (also spelled "linear", or None).
 ConvActivation conv_activation_from(nb::handle activation, const char* argument);
 const char* conv_activation_name(ConvActivation a);
 // The conv of layers of shape `m`: width 0 (none) or 2 to 4, over C = 2 H K + HV V channels.
 ConvShape conv_shape(const ModelShape& m, int32_t width, nb::handle activation);
 
-// One layer's gate parameters (SPEC §1 gate in kernel), checked: A_log [HV] and dt_bias [HV * K] or
+// One layer's gate parameters (docs/math.md gate in kernel), checked: A_log [HV] and dt_bias [HV * K] or
 // [HV, K], float32, where `reference` is. The names are the caller's arguments.
-// A layer's gate parameters (SPEC §11): per value head (A_log [HV], dt_bias [HV * K] or [HV, K], FLA's
+// A layer's gate parameters (docs/python.md): per value head (A_log [HV], dt_bias [HV * K] or [HV, K], FLA's
 // form) or per query/key head (H and H * K, FlashInfer's GQA form, with `heads` given), either None
 // (zeros). `heads` is the head count they are given for (0 when both are None).
 struct GateArrays {
@@ -41,7 +41,7 @@ GateArrays take_gate(nb::handle A_log, nb::handle dt_bias, const std::string& A_
                      const std::string& dt_bias_name, int64_t value_heads, int64_t head_k, const Array& reference,
                      int64_t heads = 0);
 
-// SPEC §1 options as the Python functions take them; scale None means 1 / sqrt(K).
+// docs/math.md options as the Python functions take them; scale None means 1 / sqrt(K).
 VerifyOptions verify_options(bool l2norm_qk, nb::handle scale, GateMode gate, float lower_bound, bool beta_is_logit);
 
 // The stream to enqueue on: `stream` (an integer handle, or an object with .cuda_stream such as a

@@ -1,4 +1,4 @@
-// SPEC §2–§5 for Python: the owning classes. A Verifier owns pool, scratch, accept lengths and index
+// docs/storage.md, docs/modes.md, docs/indices.md, docs/graphs.md for Python: the owning classes. A Verifier owns pool, scratch, accept lengths and index
 // buffers; a GraphRunner captures its round per bucket (on the CPU, the graph twin that records the
 // round with frozen parameters). The runner's layer inputs are the caller's arrays, sized for the
 // largest bucket, which it keeps alive: the graphs point at them.
@@ -89,7 +89,7 @@ struct PyVerifier {
     return out;
   }
 
-  // SPEC §9: a conv window of every layer, [L, W - 1, C] in the io dtype, where `like` is (None: absent).
+  // docs/conv.md: a conv window of every layer, [L, W - 1, C] in the io dtype, where `like` is (None: absent).
   Array window_array(nb::handle obj, const char* name) const {
     const VerifierConfig& c = cfg();
     Array a = take_optional(obj, name);
@@ -168,7 +168,7 @@ LayerArrays layer_arrays(const VerifierConfig& c, nb::handle layer, size_t l) {
       if (d.contains(key)) throw InvalidArgument(key_name(key), key_name(key) + " is given, but the verifier has no conv (conv_width = 0)");
     return out;
   }
-  // SPEC §9: the conv reads x and writes q, k and v, which the verify then reads.
+  // docs/conv.md: the conv reads x and writes q, k and v, which the verify then reads.
   const int64_t C = c.conv.channels;
   const void* x = get("x", {N, T, C}, io);
   const float* weight = static_cast<const float*>(get("weight", {C, c.conv.width}, Elem::f32));
@@ -190,7 +190,7 @@ struct PyRunner {
 
 void bind_classes(nb::module_& m) {
   nb::class_<PyVerifier>(m, "Verifier",
-                         "The verify round of every KDA layer, owning its storage (SPEC §2-§4): pool [L, P, HV, V, K], "
+                         "The verify round of every KDA layer, owning its storage (docs/storage.md, docs/modes.md, docs/indices.md): pool [L, P, HV, V, K], "
                          "scratch (replay: the ring of records), accept lengths, index and batch buffers")
       .def(
           "__init__",
@@ -224,25 +224,25 @@ void bind_classes(nb::module_& m) {
           "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "ring_records"_a = 0, "flush_min"_a = -1,
           "conv_width"_a = 0, "conv_activation"_a.none() = "silu", "pdl"_a = true, "trees"_a = false,
           "count_bytes"_a = false, "rounding"_a = "nearest", "rounding_seed"_a = VerifierConfig{}.rounding_seed,
-          "state_dtype: float32, bfloat16 or float16 (SPEC §13); rounding: 'nearest' or 'stochastic', how every "
+          "state_dtype: float32, bfloat16 or float16 (docs/low_precision.md); rounding: 'nearest' or 'stochastic', how every "
           "store of the state rounds to it, stochastic draws keyed by each slot's seed (a prefill gives the slot the "
           "next of its sequence from rounding_seed) and its device-advanced round counter. "
-          "ring_records, flush_min: replay's corrections ring (SPEC §3): R records a slot (0: the default 3 T) and the "
+          "ring_records, flush_min: replay's corrections ring (docs/modes.md): R records a slot (0: the default 3 T) and the "
           "pending records at which a verify writes its folded state back to the slot's checkpoint, its pool row "
           "(-1: the default min(T + 1, R - T); 0 flushes every round); 2 T <= R and 0 <= flush_min <= R - T, else "
           "InvalidArgument naming ring.records or ring.flush_min. Other modes ignore them. "
-          "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4 over C = 2 H K + HV V channels, "
+          "conv_width: the layers' short convolution (docs/conv.md), 0 (none) or 2 to 4 over C = 2 H K + HV V channels, "
           "conv_activation 'silu' or 'none' ('linear', None). With a conv the Verifier also owns the conv state, a "
           "prefill takes each layer's window, and a GraphRunner's inputs carry x, weight (and bias). pdl: "
           "programmatic dependent launch of every kernel of its rounds, graphs included, on sm_90 and later "
-          "(SPEC §5); False for A/B runs. trees: token trees (SPEC §12, every mode): each row's "
+          "(docs/graphs.md); False for A/B runs. trees: token trees (docs/trees.md, every mode): each row's "
           "T tokens form the tree set_tree gives (chains until then), read on the device inside the round, so "
           "one captured graph per bucket serves any tree; rounds accept root-to-node paths "
           "(accept_path_from_host, GraphRunner.accept_path). With a conv, the conv and the verify of a tree run "
           "as two kernels; on CUDA at most 16 tokens. count_bytes: the round's kernels count the bytes of state "
           "and ring records they move (bytes_moved), for measurements.")
       .def_prop_ro("pdl", [](const PyVerifier& v) { return v.cfg().pdl; })
-      .def_prop_ro("trees", [](const PyVerifier& v) { return v.cfg().trees; }, "Token trees (SPEC §12)")
+      .def_prop_ro("trees", [](const PyVerifier& v) { return v.cfg().trees; }, "Token trees (docs/trees.md)")
       .def_prop_ro("backend", [](const PyVerifier& v) { return std::string(to_string(v.cfg().backend)); })
       .def_prop_ro("mode", [](const PyVerifier& v) { return v.cfg().mode; })
       .def_prop_ro("tokens", [](const PyVerifier& v) { return v.cfg().tokens; })
@@ -314,7 +314,7 @@ void bind_classes(nb::module_& m) {
             return v.view(self, v.verifier->storage().ring_pending, {size_t(v.cfg().pool.slots)}, Elem::i32);
           },
           "Replay: ring_pending [P] int32, zero-copy, each slot's accepted records not yet folded into its "
-          "checkpoint (SPEC §3's hist; the accept step writes it, a flush round restarting it at a); None in the "
+          "checkpoint (docs/modes.md's hist; the accept step writes it, a flush round restarting it at a); None in the "
           "other modes")
       .def(
           "prefill",
@@ -389,7 +389,7 @@ void bind_classes(nb::module_& m) {
             v.verifier->set_tree(st, p.values.data(), p.rows);
           },
           "parent"_a, "stream"_a.none() = nb::none(),
-          "With trees (SPEC §12): the current batch's token trees, host memory [n, T] (a list of lists or a CPU "
+          "With trees (docs/trees.md): the current batch's token trees, host memory [n, T] (a list of lists or a CPU "
           "int32 array): parent[r][t] in [-1, t), parent[r][0] = -1 (-1: a child of the seed). Checked first, "
           "InvalidArgument naming the entry ('parent[r][t]'); then the index build of every later round reads it, "
           "until the next set_tree. Call it after set_batch (n is the batch size), before the round.")
@@ -432,7 +432,7 @@ void bind_classes(nb::module_& m) {
             v.verifier->enqueue_materialize(st, s.data(), int32_t(s.size()));
           },
           "slots"_a, "stream"_a.none() = nb::none(),
-          "SPEC §3 materialize of the listed slots (host list): pool[slot] = its latest state, accept_len = 0. Replay "
+          "docs/modes.md materialize of the listed slots (host list): pool[slot] = its latest state, accept_len = 0. Replay "
           "folds the slot's pending records into its checkpoint, with the gate in the kernel with the A_log and dt_bias "
           "of each layer's last round.")
       .def("device_errors",
@@ -452,11 +452,11 @@ void bind_classes(nb::module_& m) {
       .def("clear_bytes_moved", [](PyVerifier& v) { v.verifier->clear_bytes_moved(); });
 
   nb::class_<PyRunner>(m, "GraphRunner",
-                       "Bucketed graphs of a Verifier's whole round (SPEC §5); on the CPU, the graph twin. `inputs`: one "
+                       "Bucketed graphs of a Verifier's whole round (docs/graphs.md); on the CPU, the graph twin. `inputs`: one "
                        "dict per layer of q, k, v, g, beta, o (and A_log [HV], dt_bias [HV * K] or [HV, K] with the gate "
                        "in the kernel), each sized for max_rows; with the Verifier's conv also x [max_rows, T, C], "
                        "weight [C, W] and optionally bias [C] (float32): each layer's conv reads x and writes q, k and v "
-                       "before its verify (SPEC §9). The graphs point at these arrays, so they must stay where they are. In replay "
+                       "before its verify (docs/conv.md). The graphs point at these arrays, so they must stay where they are. In replay "
                        "mode with the gate in the kernel, A_log and dt_bias are the layer's weights, with which each round "
                        "folds the slots' pending records: a round (or capture) whose gate arrays differ from the "
                        "verifier's last round's, another runner's say, is refused (InvalidArgument naming A_log or "
@@ -552,7 +552,7 @@ void bind_classes(nb::module_& m) {
             r.runner->accept_path(st, a.as<const int32_t>());
           },
           "accept_index"_a, "stream"_a.none() = nb::none(),
-          "With the Verifier's trees (SPEC §12), the accept step after the engine's sampler: accept_index [rows, T] "
+          "With the Verifier's trees (docs/trees.md), the accept step after the engine's sampler: accept_index [rows, T] "
           "int32 in backend memory, each row's accepted root-to-node path (SGLang's form: node indices from a "
           "child of the seed down the round's tree, then -1); each slot's accept length becomes its last node + 1. "
           "Read on the device: a path is cut at its first node that is not a child of the one before, and that is "

@@ -1,4 +1,4 @@
-// kdagraph._kdagraph (SPEC §11): the library's operations and owning classes for Python. The package
+// kdagraph._kdagraph (docs/python.md): the library's operations and owning classes for Python. The package
 // kdagraph (python/kdagraph/__init__.py) puts the engines' signatures on top of it.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -242,7 +242,7 @@ using namespace kdagraph;
 using namespace kdagraph::python;
 
 NB_MODULE(_kdagraph, m) {
-  m.doc() = "kdagraph: the speculative-decoding verify of Kimi Delta Attention layers (SPEC §11)";
+  m.doc() = "kdagraph: the speculative-decoding verify of Kimi Delta Attention layers (docs/python.md)";
 
   static nb::object invalid_argument = nb::steal(PyErr_NewExceptionWithDoc(
       "kdagraph.InvalidArgument",
@@ -260,7 +260,7 @@ NB_MODULE(_kdagraph, m) {
     }
   });
 
-  nb::enum_<Mode>(m, "Mode", "How the state advances between rounds (SPEC §3)")
+  nb::enum_<Mode>(m, "Mode", "How the state advances between rounds (docs/modes.md)")
       .value("two_phase", Mode::two_phase)
       .value("fused_accept", Mode::fused_accept)
       .value("replay", Mode::replay);
@@ -275,7 +275,7 @@ NB_MODULE(_kdagraph, m) {
       "device_errors",
       [](const std::string& backend) { return errors_dict(read_device_errors(error_word(backend_from(backend)).host)); },
       nb::arg("backend") = "cpu",
-      "What the device clamped in the drop-in functions' and the ops' calls (SPEC §6): code, row, value, count. "
+      "What the device clamped in the drop-in functions' and the ops' calls (docs/errors.md): code, row, value, count. "
       "On CUDA the word is host-mapped memory that the first call needing it allocates (this one too); a first "
       "call inside a stream capture is refused, InvalidArgument naming 'stream'.");
   m.def(

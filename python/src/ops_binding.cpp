@@ -1,4 +1,4 @@
-// SPEC §10, §11: the operations over caller-owned arrays. The drop-in functions of the package
+// docs/ops.md, docs/python.md: the operations over caller-owned arrays. The drop-in functions of the package
 // (recurrent_kda, build_fused_accept_indices) call _verify_indexed and _build_slot_indices; the ops of a
 // round (build_indices, verify_layer, accept, commit, materialize) take a RoundSpec, the caller's
 // SlotStorage and its RoundIndices. Every array is checked here, naming its Python argument; the
@@ -71,7 +71,7 @@ LayerInputs layer_inputs(const Array& q, const Array& k, const Array& v, const A
   return in;
 }
 
-// SPEC §10: a state pool's slot stride is a multiple of 16 bytes (SGLang's per-slot envelopes are).
+// docs/ops.md: a state pool's slot stride is a multiple of 16 bytes (SGLang's per-slot envelopes are).
 constexpr int64_t kStateRowAlignBytes = 16;
 
 // ---- the drop-ins' operations --------------------------------------------------------------------
@@ -196,8 +196,8 @@ void build_slot_indices(nb::handle slots_, nb::handle pool_, int64_t scratch_ste
                           int32_t(scratch_steps), int32_t(tokens), write_row.as<int32_t>(), accepted.as<int32_t>(), errors);
 }
 
-// SPEC §9, §11: short_conv's engine (ops::short_conv), the fused-accept offset window over one conv
-// state [N, W - 2 + S, C] the caller owns; SPEC §12: optionally this call's token tree (parent [B, T])
+// docs/conv.md, docs/python.md: short_conv's engine (ops::short_conv), the fused-accept offset window over one conv
+// state [N, W - 2 + S, C] the caller owns; docs/trees.md: optionally this call's token tree (parent [B, T])
 // and the path the call before accepted (accept_index [B, T]).
 void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle bias_, nb::handle indices_,
                 nb::handle accepted_, nb::handle activation, nb::handle y_, nb::handle parent_,
@@ -226,7 +226,7 @@ void short_conv(nb::handle x_, nb::handle state_, nb::handle weight_, nb::handle
     require_shape(bias, {C});
     require_same_place(bias, x);
   }
-  // Any row stride (SPEC §11: short_conv takes any C, the 16-byte rule of §10 is the round's views').
+  // Any row stride (docs/python.md: short_conv takes any C, the 16-byte rule of §10 is the round's views').
   const Array state = take_rows(state_, "conv_state", 1);
   require_shape(state, {-1, -1, C});
   same_io(state);
@@ -285,7 +285,7 @@ struct PySpec {
   RoundSpec spec;
 };
 
-// A compact row stride: `elems` of `dtype` rounded up to 16 bytes (SPEC §10).
+// A compact row stride: `elems` of `dtype` rounded up to 16 bytes (docs/ops.md).
 int64_t row_stride_16(int64_t elems, DType dtype) {
   const int64_t per16 = 16 / int64_t(dtype_size(dtype));
   return (elems + per16 - 1) / per16 * per16;
@@ -376,7 +376,7 @@ Backend backend_of(const LayerStates& s) { return s.arrays[0].backend; }
 
 Elem io_elem(const RoundSpec& spec) { return elem_of(spec.io_dtype); }
 
-// The caller's per-slot storage (SPEC §2, §9) as the ops see it; it keeps the arrays alive.
+// The caller's per-slot storage (docs/storage.md, docs/conv.md) as the ops see it; it keeps the arrays alive.
 struct PyStorage {
   RoundSpec spec;
   LayerStates pool, scratch, ring_kg, ring_u, conv_state, conv_scratch;
@@ -421,7 +421,7 @@ struct PyStorage {
     take_accept_path(accept_path_);
   }
 
-  // SPEC §3 replay's corrections ring, exactly in replay mode: the records ring_kg [L, rows, stride >=
+  // docs/modes.md replay's corrections ring, exactly in replay mode: the records ring_kg [L, rows, stride >=
   // R (H K + HV K)] in the io dtype and ring_u [L, rows, stride >= R HV V] in float32 (or lists of L
   // arrays), and the cursor ring_pending and ring_start [P] int32 (0 after a prefill).
   void take_ring(const ModePolicy& policy, nb::handle ring_kg_, nb::handle ring_u_, nb::handle ring_pending_,
@@ -462,7 +462,7 @@ struct PyStorage {
     return a;
   }
 
-  // SPEC §12: each slot's accepted path [P, T] int32, exactly where needs_accept_path(spec).
+  // docs/trees.md: each slot's accepted path [P, T] int32, exactly where needs_accept_path(spec).
   void take_accept_path(nb::handle accept_path_) {
     if (!needs_accept_path(spec)) {
       if (!accept_path_.is_none())
@@ -481,7 +481,7 @@ struct PyStorage {
     storage.accept_path = accept_path.as<int32_t>();
   }
 
-  // SPEC §9: the conv state [L, P, columns, C] (columns 2 (W - 1 + S): two halves; two-phase W - 1) and,
+  // docs/conv.md: the conv state [L, P, columns, C] (columns 2 (W - 1 + S): two halves; two-phase W - 1) and,
   // in two-phase, the conv scratch [L, P * S, W - 1, C], exactly when the spec has a conv.
   void take_conv(const ModePolicy& policy, nb::handle conv_state_, nb::handle conv_scratch_) {
     const ConvShape& conv = spec.conv;
@@ -585,19 +585,19 @@ void bind_ops(nb::module_& m) {
         "dt_bias"_a.none(), "use_qk_l2norm_in_kernel"_a, "scale"_a.none(), "gate"_a, "lower_bound"_a,
         "beta_is_logit"_a, "write_states"_a, "parent"_a.none(), "stream"_a.none(), "names"_a,
         "beta_neg_eigval"_a = false,
-        "SPEC §11: the verify over rows the caller names (ops::verify_indexed); recurrent_kda's engine. q, k and v "
+        "docs/python.md: the verify over rows the caller names (ops::verify_indexed); recurrent_kda's engine. q, k and v "
         "may be views with any strides but a contiguous last dim (read in place); A_log and dt_bias per value head "
         "or per query/key head, either None (zeros). write_states False: a frozen verify (disable_state_update), "
-        "outputs only. parent [B, T]: a token tree per row (SPEC §12), None: chains. beta_neg_eigval: FLA's "
+        "outputs only. parent [B, T]: a token tree per row (docs/trees.md), None: chains. beta_neg_eigval: FLA's "
         "allow_neg_eigval, beta = 2 sigmoid(x) for a logit.");
   m.def("_build_slot_indices", &build_slot_indices, "slots"_a, "accept_lens_pool"_a, "scratch_steps"_a,
         "draft_token_num"_a, "ssm_state_indices"_a, "num_accepted_tokens"_a, "stream"_a.none(),
-        "SPEC §4, §11: SGLang's fused-accept index pair (ops::build_slot_indices).");
+        "docs/indices.md, docs/python.md: SGLang's fused-accept index pair (ops::build_slot_indices).");
   m.def("_short_conv", &short_conv, "x"_a, "conv_state"_a, "weight"_a, "bias"_a.none(), "state_indices"_a,
         "num_accepted_tokens"_a, "activation"_a.none(), "output"_a, "parent_indices"_a.none(), "accept_index"_a.none(),
         "stream"_a.none(),
-        "SPEC §9, §11: the short convolution over one caller-owned conv state (ops::short_conv); short_conv's engine. "
-        "parent_indices [B, T]: this call's token tree per row (SPEC §12), None: chains; accept_index [B, T]: the "
+        "docs/conv.md, docs/python.md: the short convolution over one caller-owned conv state (ops::short_conv); short_conv's engine. "
+        "parent_indices [B, T]: this call's token tree per row (docs/trees.md), None: chains; accept_index [B, T]: the "
         "path each row accepted in the call before, None: the offset window of num_accepted_tokens.");
 
   nb::class_<PySpec>(m, "RoundSpec", "What every operation of a round agrees on (ops.hpp RoundSpec)")
@@ -624,19 +624,19 @@ void bind_ops(nb::module_& m) {
           "io_dtype"_a = "float32", "mode"_a = "fused-accept", "l2norm_qk"_a = false, "scale"_a.none() = nb::none(),
           "gate"_a = "precomputed", "lower_bound"_a = -5.0f, "beta_is_logit"_a = false, "ring_records"_a = 0,
           "flush_min"_a = -1, "conv_width"_a = 0, "conv_activation"_a.none() = "silu", "pdl"_a = true, "trees"_a = false,
-          "ring_records, flush_min: replay's corrections ring (SPEC §3), R records a slot (0: the default 3 T) and "
+          "ring_records, flush_min: replay's corrections ring (docs/modes.md), R records a slot (0: the default 3 T) and "
           "the pending records at which a verify writes its folded state back to the checkpoint (-1: the default "
           "min(T + 1, R - T); 0 flushes every round); 2 T <= R and 0 <= flush_min <= R - T, else InvalidArgument "
           "naming ring.records or ring.flush_min. Other modes ignore them. "
-          "conv_width: the layers' short convolution (SPEC §9), 0 (none) or 2 to 4, over C = 2 H K + HV V channels; "
+          "conv_width: the layers' short convolution (docs/conv.md), 0 (none) or 2 to 4, over C = 2 H K + HV V channels; "
           "conv_activation 'silu' or 'none' ('linear', None). pdl: programmatic dependent launch of the round's "
-          "kernels on sm_90 and later (SPEC §5; an engine kernel just before one of them must not write the state "
-          "rows it reads); False launches each after the previous one has finished. trees: token trees (SPEC §12, "
+          "kernels on sm_90 and later (docs/graphs.md; an engine kernel just before one of them must not write the state "
+          "rows it reads); False launches each after the previous one has finished. trees: token trees (docs/trees.md, "
           "every mode): build_indices takes each row's tree (parent), accept_path the sampler's root-to-node "
           "paths; with a conv, conv_layer then verify_layer (conv_verify_layer refuses trees), and in fused-accept "
           "and replay the storage keeps each slot's accepted path (SlotStorage accept_path).")
       .def_prop_ro("pdl", [](const PySpec& s) { return s.spec.pdl; })
-      .def_prop_ro("trees", [](const PySpec& s) { return s.spec.trees; }, "Token trees (SPEC §12)")
+      .def_prop_ro("trees", [](const PySpec& s) { return s.spec.trees; }, "Token trees (docs/trees.md)")
       .def_prop_ro("keeps_accept_path", [](const PySpec& s) { return needs_accept_path(s.spec); },
                    "Whether a SlotStorage of this spec takes accept_path [P, T] int32 (trees with the conv state's "
                    "halves: fused-accept or replay with a conv)")
@@ -671,10 +671,10 @@ void bind_ops(nb::module_& m) {
           "The last extent of a compact ring_u [L, P, stride]");
 
   nb::class_<PyStorage>(m, "SlotStorage",
-                        "The caller's per-slot storage (SPEC §2, §9, §10): pool and scratch as one array [L, rows, HV, V, K] "
+                        "The caller's per-slot storage (docs/storage.md, docs/conv.md, docs/ops.md): pool and scratch as one array [L, rows, HV, V, K] "
                         "or a list of L arrays [rows, HV, V, K]; accept_len [P] int32. Replay (no scratch) keeps a "
                         "checkpoint a slot (its pool row) and a ring of spec.ring_records records a slot and layer "
-                        "(SPEC §3): ring_kg [L, P, stride >= spec.ring_kg_row_elems] in the io dtype (each record's k "
+                        "(docs/modes.md): ring_kg [L, P, stride >= spec.ring_kg_row_elems] in the io dtype (each record's k "
                         "and g) and ring_u [L, P, stride >= spec.ring_u_row_elems] in float32 (its u), strides 16-byte "
                         "multiples (ring_kg_row_stride, ring_u_row_stride: compact), or lists of L arrays [P, stride]; "
                         "and its cursor, ring_pending and ring_start [P] int32, 0 after a prefill (ring_pending counts "
@@ -732,7 +732,7 @@ void bind_ops(nb::module_& m) {
         if (!parent_.is_none()) {
           if (!spec.spec.trees)
             throw InvalidArgument("parent", "parent is given, but spec.trees is not set: RoundSpec(trees=True) verifies "
-                                            "token trees (SPEC §12)");
+                                            "token trees (docs/trees.md)");
           parent = take(parent_, "parent");
           require_elem(parent, {Elem::i32});
           require_shape(parent, {rows, spec.spec.tokens});
@@ -746,8 +746,8 @@ void bind_ops(nb::module_& m) {
       },
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "slots"_a, "n_real"_a, "rows"_a,
       "parent"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
-      "SPEC §4: the round's indices from the batch (slots [rows], n_real [1], backend memory). With spec.trees, "
-      "parent [rows, T] int32 (backend memory) gives each row's token tree (SPEC §12: parent[n][0] = -1, "
+      "docs/indices.md: the round's indices from the batch (slots [rows], n_real [1], backend memory). With spec.trees, "
+      "parent [rows, T] int32 (backend memory) gives each row's token tree (docs/trees.md: parent[n][0] = -1, "
       "parent[n][t] in [-1, t), -1 a child of the seed), copied into the indices the round's ops read; None: chains. "
       "Read as the device reads it: a parent outside [-1, t) is read as t - 1 and recorded (device_errors).");
   m.def(
@@ -785,9 +785,9 @@ void bind_ops(nb::module_& m) {
       },
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "layer"_a, "q"_a, "k"_a, "v"_a, "g"_a, "beta"_a, "o"_a,
       "A_log"_a.none() = nb::none(), "dt_bias"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
-      "SPEC §1, §3: layer `layer`'s verify of `rows` rows with the indices of the last build_indices. With the gate "
+      "docs/math.md, docs/modes.md: layer `layer`'s verify of `rows` rows with the indices of the last build_indices. With the gate "
       "in the kernel, A_log [HV] and dt_bias [HV * K] or [HV, K] (float32) are required; otherwise unused. In replay "
-      "mode each row first folds its slot's pending ring records into the checkpoint (SPEC §3), recomputing their "
+      "mode each row first folds its slot's pending ring records into the checkpoint (docs/modes.md), recomputing their "
       "decays from the raw gate an earlier round recorded with these A_log and dt_bias: they must be those the "
       "records were verified with, the layer's weights, unchanged between rounds (the ops keep nothing between "
       "calls and cannot check it; Verifier and GraphRunner do). It then verifies the T tokens from the folded "
@@ -815,7 +815,7 @@ void bind_ops(nb::module_& m) {
       },
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "layer"_a, "x"_a, "weight"_a,
       "bias"_a.none() = nb::none(), "q"_a, "k"_a, "v"_a, "stream"_a.none() = nb::none(),
-      "SPEC §9: layer `layer`'s short convolution of `rows` rows with the indices of the last build_indices, before "
+      "docs/conv.md: layer `layer`'s short convolution of `rows` rows with the indices of the last build_indices, before "
       "its verify_layer: x [rows, T, C] (the q, k, v projections concatenated), weight [C, W] and bias [C] float32, "
       "into q [rows, T, H, K], k and v [rows, T, HV, V], the arrays that verify_layer then reads.");
   m.def(
@@ -853,7 +853,7 @@ void bind_ops(nb::module_& m) {
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "layer"_a, "x"_a, "weight"_a,
       "bias"_a.none() = nb::none(), "g"_a, "beta"_a, "o"_a, "A_log"_a.none() = nb::none(),
       "dt_bias"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
-      "SPEC §9: conv_layer and verify_layer of layer `layer` in one kernel, bitwise the same outputs and states: x, "
+      "docs/conv.md: conv_layer and verify_layer of layer `layer` in one kernel, bitwise the same outputs and states: x, "
       "weight and bias as conv_layer takes them (x 16-byte aligned), g, beta, o and the gate parameters as "
       "verify_layer does (in replay mode the layer's weights, unchanged between rounds); q, k and v are neither "
       "passed nor written.");
@@ -867,7 +867,7 @@ void bind_ops(nb::module_& m) {
         ops::accept(s, spec.spec, st.storage, idx.idx, rows, accepted.as<const int32_t>());
       },
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "accepted"_a, "stream"_a.none() = nb::none(),
-      "SPEC §3: accept the round, `accepted` [rows] int32 (the sampler's lengths, backend memory). Replay moves "
+      "docs/modes.md: accept the round, `accepted` [rows] int32 (the sampler's lengths, backend memory). Replay moves "
       "each slot's ring cursor: ring_pending = (0 if the round flushed, else ring_pending) + a; the rejected "
       "records are never read again.");
   m.def(
@@ -887,7 +887,7 @@ void bind_ops(nb::module_& m) {
         ops::accept_path(s, spec.spec, st.storage, idx.idx, rows, accept_index.as<const int32_t>());
       },
       "spec"_a, "storage"_a, "indices"_a, nb::kw_only(), "rows"_a, "accept_index"_a, "stream"_a.none() = nb::none(),
-      "SPEC §12, with spec.trees: accept the round from the sampler's root-to-node paths, `accept_index` [rows, T] "
+      "docs/trees.md, with spec.trees: accept the round from the sampler's root-to-node paths, `accept_index` [rows, T] "
       "int32 (backend memory; SGLang's form: node indices from a child of the seed down the round's tree, then -1). "
       "Each row's accept length becomes its last node + 1; in replay the accepted path's records become the slot's "
       "next pending ones; with a conv (fused-accept, replay) the slot's path is kept (SlotStorage accept_path). "
@@ -933,7 +933,7 @@ void bind_ops(nb::module_& m) {
                          gates.empty() ? nullptr : gates.data());
       },
       "spec"_a, "storage"_a, nb::kw_only(), "slots"_a, "gates"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
-      "SPEC §3 materialize: pool[slot] = the slot's latest state, accept_len = 0, for each listed slot (int32, "
+      "docs/modes.md materialize: pool[slot] = the slot's latest state, accept_len = 0, for each listed slot (int32, "
       "backend memory): fused-accept copies the accepted post-state from scratch; replay folds the slot's pending "
       "records into its checkpoint and sets ring_pending and ring_start to 0. Replay with the gate in the kernel "
       "needs gates: one (A_log, dt_bias) per layer, those the pending records were verified with (the ops cannot "

@@ -1,4 +1,4 @@
-// kdagraph._kdagraph._reference: the C++ reference a Python round trip is compared with (SPEC §8). The
+// kdagraph._kdagraph._reference: the C++ reference a Python round trip is compared with (docs/cli.md). The
 // host engine runs rounds of synthetic inputs through its own Verifier and GraphRunner; the synthetic
 // generators give Python the very same inputs, states, gate parameters and accept lengths, so a round
 // driven from Python can be held against it bit for bit.
@@ -35,7 +35,7 @@ nb::object numpy_bytes_as_f32(const std::vector<uint8_t>& bytes, std::vector<siz
 }
 
 // Layer `layer`'s inputs of round `round` for the batch `slots`, as the host engine generates them; with
-// `conv`, the pre-conv projections x [N, T, C] stand where q, k and v would (SPEC §9).
+// `conv`, the pre-conv projections x [N, T, C] stand where q, k and v would (docs/conv.md).
 nb::dict synthetic_inputs(uint64_t seed, uint32_t round, const std::vector<int32_t>& slots, int32_t layer,
                           int32_t tokens, int32_t heads, int32_t value_heads, int32_t head_k, int32_t head_v,
                           bool raw_gate, bool beta_logit, bool conv) {
@@ -107,8 +107,8 @@ nb::object synthetic_conv_window(uint64_t seed, uint32_t request, int32_t layers
 }
 
 // `rounds` rounds of the host engine with a fixed batch (no retirements), fp32 io and state, outputs kept;
-// then every request retires. With conv_width > 0 the layers have the short convolution (SPEC §9); with
-// tree = K > 0 each round's tokens form hashed top-K trees (SPEC §12: synthetic_tree, synthetic_path). Returns
+// then every request retires. With conv_width > 0 the layers have the short convolution (docs/conv.md); with
+// tree = K > 0 each round's tokens form hashed top-K trees (docs/trees.md: synthetic_tree, synthetic_path). Returns
 // (outputs per round [L, n, T, HV, V], batch per round, [(request, slot, state [L, HV, V, K], conv window
 // [L, W - 1, C] or None)] in retirement order).
 nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t heads, int32_t value_heads,
@@ -166,7 +166,7 @@ nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t he
   return nb::make_tuple(outputs, batches, states);
 }
 
-// SPEC §12: the host engine's drafter and sampler for one slot's round (kernels/synthetic.h).
+// docs/trees.md: the host engine's drafter and sampler for one slot's round (kernels/synthetic.h).
 std::vector<int32_t> synthetic_tree_of(uint64_t seed, uint32_t round, int32_t slot, int32_t tokens, int32_t top_k) {
   require_in_range("synthetic_tree", "tokens", tokens, 1, kMaxSyntheticTree);
   require_in_range("synthetic_tree", "top_k", top_k, 1, kMaxSyntheticTree);
@@ -203,7 +203,7 @@ void bind_reference(nb::module_& m) {
         "l2norm_qk"_a, "gate"_a, "beta_is_logit"_a, "accept_rate"_a, "seed"_a, "rounds"_a, "conv_width"_a = 0,
         "conv_activation"_a.none() = "silu", "tree"_a = 0);
   m.def("synthetic_tree", &synthetic_tree_of, "seed"_a, "round"_a, "slot"_a, "tokens"_a, "top_k"_a,
-        "The host engine's drafted tree of one slot's round: parent [T] (SPEC §12)");
+        "The host engine's drafted tree of one slot's round: parent [T] (docs/trees.md)");
   m.def("synthetic_path", &synthetic_path_of, "seed"_a, "round"_a, "slot"_a, "accept_rate"_a, "parent"_a,
         "The host engine's accepted root-to-node path [T] (-1 after its end) down `parent`");
 }

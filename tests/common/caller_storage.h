@@ -1,4 +1,4 @@
-// SPEC §10 in tests: state storage an engine would own, in the layouts engines use, and a driver that
+// docs/ops.md in tests: state storage an engine would own, in the layouts engines use, and a driver that
 // runs the same rounds through the operations on it and through a Verifier, for bitwise comparison.
 #pragma once
 

@@ -1,8 +1,8 @@
-// A short-convolution test case of one layer in host memory (SPEC §9): random inputs, weights and conv
+// A short-convolution test case of one layer in host memory (docs/conv.md): random inputs, weights and conv
 // state, the rows' slots and accept lengths, and what the fp64 reference (tests/common/conv_reference.h)
 // says the outputs, the conv state and the conv scratch must be. The CPU tests run it directly; the GPU
 // tests copy the same bytes to the device. The layout arithmetic here is written out again from the
-// SPEC and the layouts' description [TAG_CONV_LAYOUT] rather than taken from kernels/conv.h.
+// docs (docs/conv.md) and the layouts' description [TAG_CONV_LAYOUT] rather than taken from kernels/conv.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -273,7 +273,7 @@ struct ConvCase {
   }
 };
 
-// SPEC §11's short_conv over a case's buffers as placed (`ptr`): x and y [B, T, C] (one segment), the
+// docs/python.md's short_conv over a case's buffers as placed (`ptr`): x and y [B, T, C] (one segment), the
 // conv state `state` (the case's, or a copy in other rows), the rows' slots and accept lengths.
 inline ShortConvCall short_conv_call(const ConvCase& c, const ConvPointers& ptr, const StateView& state) {
   ShortConvCall call;
@@ -379,7 +379,7 @@ inline void expect_window_is(const ConvCase& c, int32_t slot, const std::vector<
           << "slot " << slot << " column " << column + j << " channel " << ch;
 }
 
-// SPEC §9 over many rounds on one layer: each slot's conv is a function of its accepted input sequence
+// docs/conv.md over many rounds on one layer: each slot's conv is a function of its accepted input sequence
 // (tests/common/conv_reference.h), whichever window the layout keeps. Random batches with padded rows,
 // accept lengths 1 to T, so every round's windows straddle the last round's inputs and this one's;
 // two-phase commits, the halves flip their parity and materialize some slots along the way. In the

@@ -1,4 +1,4 @@
-// SPEC §5, §9 through the host engine: the same rounds with each layer's conv fused into its verify (one
+// docs/graphs.md, docs/conv.md through the host engine: the same rounds with each layer's conv fused into its verify (one
 // kernel per layer) and as the two launches, through the graph runner (buckets, padding, the CPU graph
 // twin on the CPU backend), with requests joining and retiring. Shared by the CPU test and its SIMT twin.
 #pragma once

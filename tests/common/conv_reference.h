@@ -1,4 +1,4 @@
-// An independent fp64 reference of SPEC §9's short convolution, written from the formula and sharing
+// An independent fp64 reference of docs/conv.md's short convolution, written from the formula and sharing
 // no code with kernels/conv.h: the conv of one request is a function of its input sequence, so the
 // reference keeps each request's last W - 1 inputs as values, not as columns of a layout.
 #pragma once

@@ -1,4 +1,4 @@
-// SPEC §3, §9 through the operations on caller-owned storage: a KDA layer's round with its short
+// docs/modes.md, docs/conv.md through the operations on caller-owned storage: a KDA layer's round with its short
 // convolution (build_indices, then per layer conv_layer into q, k and v and verify_layer, or the two
 // fused in conv_verify_layer; accept; the two-phase commit), run in two-phase, fused-accept and replay,
 // each unfused and fused, side by side over many rounds with requests joining and retiring. Shared by

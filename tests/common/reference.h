@@ -1,4 +1,4 @@
-// An independent fp64 reference of SPEC §1, written from the formulas and sharing no code with the
+// An independent fp64 reference of docs/math.md, written from the formulas and sharing no code with the
 // library's kernels/kda_math.h, so the library's CPU and CUDA paths can both be checked against it.
 #pragma once
 
@@ -82,7 +82,7 @@ inline std::vector<std::vector<double>> ref_verify_head(const RefOptions& o, int
   return out;
 }
 
-// SPEC §12: one head's verify of a token tree in fp64: token t updates the state of token parent[t]
+// docs/trees.md: one head's verify of a token tree in fp64: token t updates the state of token parent[t]
 // (the seed when -1) and outputs from its own post-state. `seed` is not changed; every post-state is
 // appended to `posts`.
 inline std::vector<std::vector<double>> ref_verify_tree_head(const RefOptions& o, int K, int V,
@@ -107,7 +107,7 @@ inline std::vector<std::vector<double>> ref_verify_tree_head(const RefOptions& o
   return out;
 }
 
-// A random token tree of T tokens in SPEC §12's form: parent[0] = -1, parent[t] in [-1, t), about half
+// A random token tree of T tokens in docs/trees.md's form: parent[0] = -1, parent[t] in [-1, t), about half
 // of the tokens continuing the token before them and the rest branching from any earlier one.
 template <class Rng>
 std::vector<int32_t> random_tree(Rng& rng, int32_t T) {

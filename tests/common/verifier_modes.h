@@ -1,7 +1,7 @@
-// SPEC §3 through the public Verifier API, on one backend: two-phase, fused-accept and replay run side by
+// docs/modes.md through the public Verifier API, on one backend: two-phase, fused-accept and replay run side by
 // side over many rounds with random batches, padding and accept lengths, slots materialized and refilled
 // (a request retiring and another joining) mid-ring, and must agree bitwise (outputs every round, pools
-// after every materialize; with a bf16 state replay rounds at its flushes only, SPEC §13, and is held to
+// after every materialize; with a bf16 state replay rounds at its flushes only, docs/low_precision.md, and is held to
 // the fp64 tolerance instead); every round's outputs and every state the two-phase commit writes also
 // match an fp64 reference (tests/common/reference.h) seeded from the two-phase pool.
 // One body for every build: the CPU backend and, compiled for the SIMT executor, the CUDA kernels on the
@@ -181,7 +181,7 @@ inline void expect_modes_agree(Backend backend, const ModesShape& shape, const M
 
   const int32_t L = cfg.model.layers, P = cfg.pool.slots, T = cfg.tokens, N = cfg.max_rows;
   const int32_t HV = cfg.model.value_heads, V = cfg.model.head_v;
-  // Replay rounds where the others do with an fp32 state only (SPEC §13).
+  // Replay rounds where the others do with an fp32 state only (docs/low_precision.md).
   const bool replay_bitwise = shape.state == DType::f32;
   // pools[slot]: the slot's states [L, HV, V, K] as two-phase holds them, which seed the reference.
   std::vector<std::vector<uint8_t>> pools(static_cast<size_t>(P));

@@ -1,5 +1,5 @@
 // A verify test case in host memory: random inputs, a pool and scratch with random seeds, the indices
-// of SPEC §4, and the fp64 reference of every output and post-state. The CPU tests run it directly;
+// of docs/indices.md, and the fp64 reference of every output and post-state. The CPU tests run it directly;
 // the GPU tests copy the same bytes to the device.
 #pragma once
 
@@ -28,7 +28,7 @@ struct CaseShape {
   int32_t slots = 4, scratch_steps = 8;
   DType io = DType::f32, state = DType::f32;
   bool gate_f32 = false;  // g and beta in fp32 beside a 16-bit io dtype (VerifyParams::gate_f32)
-  Rounding rounding = Rounding::nearest;  // of the state stores (SPEC §13)
+  Rounding rounding = Rounding::nearest;  // of the state stores (docs/low_precision.md)
   VerifyOptions options;
   std::string str() const {
     return "N=" + std::to_string(rows) + " T=" + std::to_string(tokens) + " H=" + std::to_string(heads) +
@@ -40,7 +40,7 @@ struct CaseShape {
   }
 };
 
-// The reference sweeps' case: two value heads (grouping G = 2 / H), K = V, and the SPEC §1 options
+// The reference sweeps' case: two value heads (grouping G = 2 / H), K = V, and the docs/math.md options
 // chosen by the bits of `options` (0..47): L2 norm, scale, a given scale, beta as logit, gate mode.
 inline CaseShape sweep_shape(int K, int T, int G, int options, int rows) {
   CaseShape s;
@@ -115,7 +115,7 @@ struct VerifyCase {
   Tensor pool, scratch;                 // one layer: [P, HV, V, K] and [P * S, HV, V, K]
   std::vector<int32_t> slots, accept_len, n_real;
   std::vector<int32_t> row_slot, seed_pool, seed_scratch, seed_accept, write_row, row_accept;
-  std::vector<int32_t> parent;  // [N * T] a token tree per row (SPEC §12), or empty: chains
+  std::vector<int32_t> parent;  // [N * T] a token tree per row (docs/trees.md), or empty: chains
   std::vector<uint64_t> rounding_seed;    // [slots], stochastic rounding's keys
   std::vector<uint32_t> rounding_counter; // [slots]
   StateGeometry geo;

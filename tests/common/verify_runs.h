@@ -32,7 +32,7 @@ inline void run_verify(VerifyCase& c) {
 
 // A fresh case on the runner against fp64 (every output written, padded rows zero, no state written
 // outside the real rows' write rows), then, off the CPU runner, against the CPU backend on an identical
-// case. With `parent` [N * T], the rows verify token trees (SPEC §12).
+// case. With `parent` [N * T], the rows verify token trees (docs/trees.md).
 inline void expect_verify_on_runner(const CaseShape& s, uint64_t seed, const std::vector<int32_t>& slots,
                                     const std::vector<int32_t>& accept, const std::vector<int32_t>& parent = {}) {
   const double tol = verify_tolerance(s);

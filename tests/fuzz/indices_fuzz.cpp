@@ -1,4 +1,4 @@
-// libFuzzer target over the host validators and the index builder (SPEC §4, §6): random shapes, slots,
+// libFuzzer target over the host validators and the index builder (docs/indices.md, docs/errors.md): random shapes, slots,
 // n_real and accept lengths. Buffers are exactly sized heap vectors, so AddressSanitizer catches any
 // out-of-bounds access; the checks below catch an invalid batch accepted or a row addressing outside
 // its own slot.

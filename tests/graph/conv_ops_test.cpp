@@ -1,7 +1,7 @@
-// SPEC §9, §10 on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the short convolution
+// docs/conv.md, docs/ops.md on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the short convolution
 // through the operations on caller-owned storage. Two-phase, fused-accept and replay, each unfused and
 // with the conv fused into the verify, agree bitwise over many rounds with joins and retirements in every
-// engine layout; short_conv has SPEC §11's semantics; every bad argument is refused by name with every
+// engine layout; short_conv has docs/python.md's semantics; every bad argument is refused by name with every
 // buffer unchanged.
 //
 // Sized by runner (Matrix): the layouts' rounds run 200 rounds in both io dtypes on the CPU and the GPU,
@@ -94,7 +94,7 @@ TEST(ConvOps, RowElemsFollowTheMode) {
   EXPECT_EQ(conv_state_row_elems(spec, 5), 0);
 }
 
-// short_conv of SPEC §11 over a ConvCase's buffers: x and y [B, T, C], the window at
+// short_conv of docs/python.md over a ConvCase's buffers: x and y [B, T, C], the window at
 // max(num_accepted - 1, 0), rows named by state_indices (negative: padded), against fp64.
 TEST(ConvOps, ShortConvIsTheOffsetWindowConvOnOneSegment) {
   KDA_SKIP_WITHOUT_RUNNER();

@@ -1,4 +1,4 @@
-// SPEC §9 "fused with the verify" on the program's runner (tests/common/runner.h [TAG_RUNNERS]):
+// docs/conv.md "fused with the verify" on the program's runner (tests/common/runner.h [TAG_RUNNERS]):
 // ops::conv_verify_layer (one kernel per layer) against conv_layer followed by verify_layer, bitwise,
 // through the host engine's graph runner in every mode, conv width and io dtype (the operations on caller
 // storage are compared round by round in tests/graph/conv_ops_test.cpp), over several staging chunks,

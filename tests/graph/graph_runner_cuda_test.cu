@@ -1,4 +1,4 @@
-// SPEC §5 on the GPU alone (skipped without one): the host only launches between rounds. A kernel holds
+// docs/graphs.md on the GPU alone (skipped without one): the host only launches between rounds. A kernel holds
 // the device while a host thread issues 50 rounds of a captured bucket; they can all be issued only if
 // nothing on the host path waits for the device. (The runner's other cases run on every backend:
 // tests/graph/graph_runner_test.cpp.)

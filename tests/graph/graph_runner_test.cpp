@@ -1,4 +1,4 @@
-// SPEC §5 on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the bucket plan, bucket
+// docs/graphs.md on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the bucket plan, bucket
 // coverage (every n: the replay equals the eager round bitwise, static buffers never move, slots outside
 // the batch untouched), many rounds crossing buckets graph against eager with the sampler in the graph and
 // outside it, and the runner's errors, each leaving the state alone. (The GPU's own: the host launches
@@ -174,7 +174,7 @@ TEST(GraphRunner, ManyRoundsGraphEqualsEagerBitwise) {
   }
 }
 
-// SPEC §13: stochastic rounding into a bf16 state (the harness's io dtype), in every mode, with joins
+// docs/low_precision.md: stochastic rounding into a bf16 state (the harness's io dtype), in every mode, with joins
 // (a prefill gives the slot a new seed) and retirements: a graph's replays draw what the eager rounds
 // draw, bitwise (the store counters advance on the device).
 TEST(GraphRunner, StochasticRoundingGraphEqualsEagerBitwise) {
@@ -210,7 +210,7 @@ TEST(GraphRunner, StochasticRoundingGraphEqualsEagerBitwise) {
   }
 }
 
-// SPEC §13: a prefill gives a reused slot a new seed: the same request in the same slot again rounds
+// docs/low_precision.md: a prefill gives a reused slot a new seed: the same request in the same slot again rounds
 // its stores otherwise, where round to nearest repeats them bitwise.
 TEST(GraphRunner, AReusedSlotDrawsAfresh) {
   KDA_SKIP_UNLESS_ROUNDS_RUN();
@@ -436,7 +436,7 @@ TEST(GraphRunner, GraphUsedAfterItsRunnerIsDestroyedIsAnError) {
   }
 }
 
-// SPEC §6: another kernel wrote a corrupt accept length; the replayed round clamps it, and the host sees
+// docs/errors.md: another kernel wrote a corrupt accept length; the replayed round clamps it, and the host sees
 // the record in the error word (host-mapped on a GPU, read without synchronizing the stream).
 TEST(GraphRunner, CorruptAcceptLengthIsClampedAndRecorded) {
   KDA_SKIP_UNLESS_ROUNDS_RUN();

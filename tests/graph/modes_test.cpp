@@ -1,4 +1,4 @@
-// SPEC §3 on the program's runner (tests/common/runner.h [TAG_RUNNERS]): two-phase, fused-accept and
+// docs/modes.md on the program's runner (tests/common/runner.h [TAG_RUNNERS]): two-phase, fused-accept and
 // replay agree bitwise, round after round, with joins, retirements and changing batches, eager and in
 // the bucket's graph; materialize; slots outside a batch are untouched; prefill.
 //
@@ -199,7 +199,7 @@ TEST(Modes, SlotsOutsideTheBatchAreUntouched) {
 }
 
 // VerifierConfig::count_bytes: the kernels add the state and ring record bytes they move, counted here
-// from the rules of SPEC §3 and §7 for a round of n rows (3 of them padding): fused accept reads a seed
+// from the rules of docs/modes.md, docs/shapes.md for a round of n rows (3 of them padding): fused accept reads a seed
 // and writes T post-states a head; two-phase too, and its commit copies one state in and out; replay's
 // first round reads its checkpoint and writes its T records (u of every head, g of every value head, k
 // of every query head), and its second also folds the accepted records and, flushing, writes the
@@ -321,12 +321,12 @@ TEST(Modes, PrefillWritesOnlyItsSlot) {
   }
 }
 
-// SPEC §3, issue 15: replay, fused-accept and two-phase agree bitwise, in every round's outputs and in
+// docs/modes.md, issue 15: replay, fused-accept and two-phase agree bitwise, in every round's outputs and in
 // every retired request's materialized state, over many rounds with joins, retirements, random
 // acceptance and batches crossing buckets: two-phase eager as the reference, fused-accept, replay (its
 // ring flushing at T + 1, every round, and only when full) and two-phase (its commit the graph's last
 // node) replayed from graphs, and replay again with the sampler outside the graph. With a bf16 state
-// replay rounds at its flushes only (SPEC §13): its runs agree with each other, bitwise.
+// replay rounds at its flushes only (docs/low_precision.md): its runs agree with each other, bitwise.
 TEST(Modes, ReplayFusedAndTwoPhaseAgreeBitwiseOverManyRounds) {
   KDA_SKIP_UNLESS_ROUNDS_RUN();
   const int rounds = by_matrix(200, 20, 0);
@@ -403,7 +403,7 @@ TEST(Modes, ReplayPrefixesOfZeroOneAndTAndPlainDecode) {
   }
 }
 
-// Replay keeps no per-token states; its ring is the size SPEC §3 gives (R records of k and g in the io
+// Replay keeps no per-token states; its ring is the size docs/modes.md gives (R records of k and g in the io
 // dtype and u in fp32 a slot, layer and head, each row rounded up to 16 bytes, and a cursor a slot), R
 // and flush_min default to 3 T and T + 1, and a state transfer a round plus one on a flush is what it
 // moves at most.

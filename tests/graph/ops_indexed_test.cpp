@@ -1,4 +1,4 @@
-// SPEC §11 on the CPU backend: the two operations the Python drop-ins are built on. verify_indexed
+// docs/python.md on the CPU backend: the two operations the Python drop-ins are built on. verify_indexed
 // (FlashInfer's rows named by the caller) runs the very verify of the slot-indexed ops, so it must agree
 // with it bitwise wherever both can express a round, frozen (no state written) or not; build_slot_indices
 // is SGLang's index pair.

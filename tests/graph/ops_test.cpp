@@ -1,4 +1,4 @@
-// SPEC §10 on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the operations over
+// docs/ops.md on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the operations over
 // caller-owned buffers give what the Verifier gives, bitwise, in every layout engines use; every bad view
 // is refused, naming its argument, with every buffer left as it was; what the host cannot check (a
 // corrupt index, a bad entry of a device-resident layer table) is clamped by the kernels and recorded.
@@ -204,7 +204,7 @@ TEST(Ops, BadReplayViewsAreRefusedNamingTheArgumentAndChangeNothing) {
   EXPECT_GT(expect_refused_and_unchanged(Mode::replay, bad_replay_calls), 40);
 }
 
-// SPEC §13: stochastic rounding into a 16-bit state keys its draws by seeds and counters the caller
+// docs/low_precision.md: stochastic rounding into a 16-bit state keys its draws by seeds and counters the caller
 // keeps; without them every operation of the round refuses, naming them.
 TEST(Ops, StochasticRoundingNeedsTheSlotsSeedsAndCounters) {
   KDA_SKIP_WITHOUT_RUNNER();
@@ -339,7 +339,7 @@ TEST(Ops, AReplayMaterializeWithTheGateInTheKernelNeedsEachLayersGate) {
   CallerStorage c(cfg, CallerLayout::compact);
   const std::vector<int32_t> slots = {1};
   c.materialize_list.upload(slots.data(), sizeof(int32_t));
-  // Absent parameters are zeros (SPEC §11); a misaligned one is refused by name.
+  // Absent parameters are zeros (docs/python.md); a misaligned one is refused by name.
   const std::vector<float> weights(16, 0.5f);
   std::vector<GateParams> gates(size_t(cfg.model.layers));
   gates[0].A_log = reinterpret_cast<const float*>(reinterpret_cast<const char*>(weights.data()) + 2);

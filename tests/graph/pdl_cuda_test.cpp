@@ -1,4 +1,4 @@
-// SPEC §5 programmatic dependent launch on the GPU alone [TAG_PDL]: a captured round keeps its
+// docs/graphs.md programmatic dependent launch on the GPU alone [TAG_PDL]: a captured round keeps its
 // programmatic edges (cudaGraphGetEdges with edge data: cudaGraphDependencyTypeProgrammatic between its
 // kernels), none with PDL off. SKIPPED without a GPU, and below sm_90, which has no PDL. (Rounds with PDL
 // on and off agree bitwise on every runner: tests/graph/pdl_test.cpp.)

@@ -1,4 +1,4 @@
-// SPEC §5 programmatic dependent launch on the program's runner (tests/common/runner.h [TAG_RUNNERS])
+// docs/graphs.md programmatic dependent launch on the program's runner (tests/common/runner.h [TAG_RUNNERS])
 // [TAG_PDL]: whole rounds through the host engine with PDL on equal the same rounds with PDL off bitwise,
 // in each mode, eager and in graphs, with the conv fused, unfused and absent. The engine's layer inputs
 // come from a kernel each layer and share one set of buffers across layers, so a kernel of the round that

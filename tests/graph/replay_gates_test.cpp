@@ -1,4 +1,4 @@
-// SPEC §3, §6: in replay mode with the gate in the kernel a verify replays the slots' accepted prefixes
+// docs/modes.md, docs/errors.md: in replay mode with the gate in the kernel a verify replays the slots' accepted prefixes
 // with its own A_log and dt_bias, so they are the layer's weights. The Verifier refuses, naming the
 // argument and changing nothing, a verify whose gate parameters moved while a prefix verified with the
 // old ones may be pending (Verifier::check_gates), and lets them move once none may.

@@ -1,6 +1,6 @@
-// SPEC §12 through the operations (graph/ops.cpp) on caller-owned buffers: rounds of token trees in
+// docs/trees.md through the operations (graph/ops.cpp) on caller-owned buffers: rounds of token trees in
 // fused-accept and two-phase modes, each row accepting a random root-to-node path (ops::accept_path).
-// Every round is checked against the fp64 tree reference seeded from where SPEC §12 says the seed is
+// Every round is checked against the fp64 tree reference seeded from where docs/trees.md says the seed is
 // (the accepted node's scratch row, or the pool after a commit), so a seed read from the wrong row
 // fails; the accepted node's state is what commit and materialize move. Bad trees and paths from device
 // memory are clamped and recorded; host-side misuse is refused by name and changes nothing. On the
@@ -123,7 +123,7 @@ struct TreeRounds {
     return in;
   }
 
-  // Where slot `slot`'s seed of layer l is, as SPEC §3 and §12 say, in fp64.
+  // Where slot `slot`'s seed of layer l is, as docs/modes.md, docs/trees.md say, in fp64.
   std::vector<double> seed_of(int32_t slot, int32_t l, int32_t h) const {
     const bool from_scratch = spec.mode == Mode::fused_accept && accept_len[size_t(slot)] > 0;
     const std::vector<uint8_t>& src = from_scratch ? scratch : pool;
@@ -361,7 +361,7 @@ void expect_same_runs(const EngineRun& got, const EngineRun& want, const std::st
   EXPECT_EQ(got.device_errors, 0u) << what;
 }
 
-// SPEC §12 through the Verifier and the graph runner: fused-accept graphs with the drafter and sampler
+// docs/trees.md through the Verifier and the graph runner: fused-accept graphs with the drafter and sampler
 // inside, eager rounds with the sampler outside, and the two-phase reference see the same trees and
 // paths and agree bitwise on every round's outputs and every retired state.
 TEST(TreeEngine, ModesExecutionsAndSamplersAgreeBitwise) {
@@ -454,7 +454,7 @@ TEST(TreeEngine, TreesAndPathsFromTheHostAreCheckedByName) {
   EXPECT_EQ(v.device_errors().count, 0u);
 }
 
-// SPEC §12's conv of token trees through ops::conv_layer, against tests/common/conv_reference.h: token
+// docs/trees.md's conv of token trees through ops::conv_layer, against tests/common/conv_reference.h: token
 // t's window is its ancestors' inputs after the slot's history, and the next round's history is the
 // accepted path's. Fused accept reads it through the kept path in the conv state's halves, two-phase
 // from the committed conv scratch row of the accepted node; rounds of random trees and paths, then a
@@ -615,7 +615,7 @@ TEST(TreeEngine, WithTheConvModesAndExecutionsAgreeBitwise) {
   }
 }
 
-// SPEC §11, §12: short_conv with token trees (in place, SGLang's layout): each call's tree, and the path
+// docs/python.md, docs/trees.md: short_conv with token trees (in place, SGLang's layout): each call's tree, and the path
 // the call before accepted, against the fp64 conv reference; a call given chains and no path is bitwise
 // the call without either.
 TEST(ShortConvTrees, MatchTheReferenceOverCalls) {

@@ -1,4 +1,4 @@
-// SPEC §6: every bad input is a clear error that names the argument and its value, and changes nothing.
+// docs/errors.md: every bad input is a clear error that names the argument and its value, and changes nothing.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -48,7 +48,7 @@ TEST(Validate, BadShapesAreRejectedByName) {
                   "options.gate_lower_bound", "1.0");
 }
 
-// SPEC §3: replay's ring holds a round's T records beside up to R - T pending ones, so R >= 2 T, and a
+// docs/modes.md: replay's ring holds a round's T records beside up to R - T pending ones, so R >= 2 T, and a
 // flush_min above R - T could never be reached; other modes have no ring to check.
 TEST(Validate, ABadReplayRingIsRejectedByName) {
   auto with = [](Mode mode, ReplayRing ring) {
@@ -131,7 +131,7 @@ TEST_F(ValidateCalls, NullMisalignedOrMismatchedBuffers) {
   LayerInputs odd_v = in;
   odd_v.v = reinterpret_cast<const char*>(buf.data()) + 4;
   expect_rejected([&] { v.enqueue_verify(kCpu, 0, odd_v, 2); }, "v", "16-byte aligned");
-  LayerInputs odd_gate = in;  // an absent one is zeros (SPEC §11); a misaligned one is refused
+  LayerInputs odd_gate = in;  // an absent one is zeros (docs/python.md); a misaligned one is refused
   odd_gate.A_log = reinterpret_cast<const float*>(reinterpret_cast<const char*>(buf.data()) + 2);
   expect_rejected([&] { v.enqueue_verify(kCpu, 0, odd_gate, 2); }, "A_log", "aligned");
   expect_rejected([&] { v.enqueue_verify(kCpu, 3, in, 2); }, "layer", "3");

@@ -1,4 +1,4 @@
-// SPEC §9 through the Verifier and the host engine on the CPU backend: with the short convolution the
+// docs/conv.md through the Verifier and the host engine on the CPU backend: with the short convolution the
 // three modes agree bitwise over 200 rounds with joins and retirements, in every round's outputs and in
 // every retired request's materialized state and conv window; graph replays equal eager rounds; the conv
 // really feeds the verify; a prefill sets the window; what a conv needs is refused by name when missing.

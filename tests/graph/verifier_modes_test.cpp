@@ -1,4 +1,4 @@
-// SPEC §3: the modes' rounds of tests/common/verifier_modes.h on the program's runner
+// docs/modes.md: the modes' rounds of tests/common/verifier_modes.h on the program's runner
 // (tests/common/runner.h [TAG_RUNNERS]).
 //
 // Sized by runner (Matrix): the CPU and the GPU run kModesRun; the executor, which runs a kernel's
@@ -23,7 +23,7 @@ TEST_P(VerifierModes, TheModesAgreeBitwiseAndMatchFp64) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, VerifierModes, ::testing::ValuesIn(kModesShapes), modes_shape_name);
 
-// SPEC §3 replay: whenever the ring flushes (every round, at T + 1 pending records, or only when the ring
+// docs/modes.md replay: whenever the ring flushes (every round, at T + 1 pending records, or only when the ring
 // is full: flush_min R - T) the outputs and materialized pools are the other modes', bitwise. The
 // executor runs enough rounds (R = 2 T + 1, small) to go round its ring several times.
 TEST(VerifierModes, TheRingAgreesBitwiseWhateverItsFlushMin) {
@@ -39,7 +39,7 @@ TEST(VerifierModes, TheRingAgreesBitwiseWhateverItsFlushMin) {
   }
 }
 
-// SPEC §3 replay over 10,000 rounds: small heads (the CPU's any K), the modes compared bitwise each
+// docs/modes.md replay over 10,000 rounds: small heads (the CPU's any K), the modes compared bitwise each
 // round and after every materialize; the fp64 check is the shorter runs'. The CPU backend only: the
 // executor and the GPU run the kernels' own cases. Under AddressSanitizer, which looks for memory
 // errors a few rounds show, 1,000 rounds (about 20 s for the three rings here, 10,000 rounds).

@@ -1,4 +1,4 @@
-// SPEC §3 accept and SPEC §12 accepted paths on the program's runner (tests/common/runner.h
+// docs/modes.md accept and docs/trees.md accepted paths on the program's runner (tests/common/runner.h
 // [TAG_RUNNERS]): fused-accept writes each real row's length to its slot, two-phase records it per row;
 // lengths outside [1, T] are clamped and recorded; a tree's path gives the length and the kept path.
 // Checked against the rules written out here and, off the CPU, the CPU accept bitwise.
@@ -90,7 +90,7 @@ TEST(Accept, RandomBatchesInBothModes) {
   }
 }
 
-// SPEC §12's accept of paths from device memory: the slot's accept length is the last good node + 1, and
+// docs/trees.md's accept of paths from device memory: the slot's accept length is the last good node + 1, and
 // the path it keeps (replay, the conv's halves) is exactly the accepted prefix, token 0 alone where the
 // path was cut to nothing.
 TEST(TreeAccept, TheKeptPathIsWhatWasAccepted) {
@@ -120,7 +120,7 @@ TEST(TreeAccept, TheKeptPathIsWhatWasAccepted) {
   EXPECT_EQ(errors[0].count, 2u);
 }
 
-// SPEC §3 replay: accept moves each real row's slot cursor: pending <- (0 if the round flushed, else the
+// docs/modes.md replay: accept moves each real row's slot cursor: pending <- (0 if the round flushed, else the
 // pending records) + a, and on a flush the records start at the round's first (start + pending, around
 // the ring); padded rows move nothing. Written out here, over random cursors, flushes and lengths.
 TEST(RingAccept, TheCursorMovesAsTheRoundFlushed) {
@@ -177,7 +177,7 @@ TEST(RingAccept, TheCursorMovesAsTheRoundFlushed) {
   }
 }
 
-// SPEC §12 replay: a round's records sit at the round's first record + token; accepting a path moves its
+// docs/trees.md replay: a round's records sit at the round's first record + token; accepting a path moves its
 // nodes' records (k, g and u of every layer) to the next pending places in path order, around the ring,
 // and leaves every other record and slot alone. A path cut short moves its good prefix; token 0 alone
 // moves nothing. Checked against the copy written out here.

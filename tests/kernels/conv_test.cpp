@@ -1,4 +1,4 @@
-// SPEC §9 on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the short convolution against an
+// docs/conv.md on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the short convolution against an
 // fp64 reference in every dtype, width, layout and window, and, off the CPU, against the CPU (bitwise on
 // the executor, which multiplies then adds as the CPU does; within the kernels' tolerance on the GPU);
 // over many rounds against each slot's accepted inputs; hand-worked cases; the window moves of commit and
@@ -271,7 +271,7 @@ TEST(Conv, BadRowsAreClampedOrPaddedAndRecorded) {
   }
 }
 
-// SPEC §11: short_conv takes any C, its conv state rows need not fill 16 bytes. A compact state of
+// docs/python.md: short_conv takes any C, its conv state rows need not fill 16 bytes. A compact state of
 // C = 33 whose base sits one element past a 16-byte boundary gives the fp64 results of the case's 16-byte
 // rows, bitwise in the state.
 TEST(Conv, ShortConvTakesRowsThatDoNotFill16Bytes) {
@@ -279,7 +279,7 @@ TEST(Conv, ShortConvTakesRowsThatDoNotFill16Bytes) {
   for (DType io : {DType::f32, DType::bf16}) {
     ConvCaseShape sh;
     sh.io = io;
-    sh.layout = ConvLayout::in_place;  // short_conv's own layout (SPEC §11)
+    sh.layout = ConvLayout::in_place;  // short_conv's own layout (docs/python.md)
     sh.channels = 33;
     sh.tokens = 3;
     sh.scratch_steps = 4;

@@ -76,7 +76,7 @@ class EachCpuIsa : public ::testing::TestWithParam<CpuIsa> {
 
 std::string isa_name(const ::testing::TestParamInfo<CpuIsa>& info) { return to_string(info.param); }
 
-// SPEC §1 on each set: the options, grouped heads, bf16, and head dims no vector width divides (the
+// docs/math.md on each set: the options, grouped heads, bf16, and head dims no vector width divides (the
 // working rows' zero padding), with rows seeded from the pool, from scratch, and padded.
 TEST_P(EachCpuIsa, VerifyMatchesFp64) {
   const IsaKernels k = kernels_of(GetParam());
@@ -114,7 +114,7 @@ struct ScratchCopy {
 
 // Threads decide how heads split into blocks of V rows, the call's size and the view's alignment how
 // post-states are stored: none of it may change a bit. Every row seeds from scratch, the rows its own
-// verify overwrites (SPEC §3).
+// verify overwrites (docs/modes.md).
 TEST_P(EachCpuIsa, VerifyIsBitwiseWhateverTheThreadsAndStores) {
   SeamSettings restore;
   const IsaKernels k = kernels_of(GetParam());

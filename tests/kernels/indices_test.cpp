@@ -1,7 +1,7 @@
-// SPEC §4 on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the five required behaviours of
+// docs/indices.md on the program's runner (tests/common/runner.h [TAG_RUNNERS]): the five required behaviours of
 // the fused-accept index build, each its own test, over cases with S = T and S > T, slots 0 and P - 1,
 // padded rows in the middle and at the end; what each mode addresses; random batches with padding, bad
-// slots and out-of-range accept lengths against the SPEC's rules written out here (and, off the CPU,
+// slots and out-of-range accept lengths against docs/indices.md's rules written out here (and, off the CPU,
 // the CPU build bitwise); what only the device sees, clamped and recorded.
 #include <gtest/gtest.h>
 
@@ -201,7 +201,7 @@ TEST(Indices, TheRoundParityIsGatheredWhereKept) {
   }
 }
 
-// SPEC §3 replay: each real row gets its slot's ring cursor and whether the round flushes (at least
+// docs/modes.md replay: each real row gets its slot's ring cursor and whether the round flushes (at least
 // flush_min pending records, or too many for another round: pending + T > R - T); padded rows -1. A
 // cursor outside the ring (pending above R - T, a start outside [0, R)) is clamped and recorded.
 TEST(Indices, TheRingCursorIsGatheredAndTheFlushDecided) {
@@ -246,7 +246,7 @@ TEST(Indices, TheRingCursorIsGatheredAndTheFlushDecided) {
   }
 }
 
-// SPEC §5: a verify that loads its seed before its grid dependency wait predicts it from the batch and
+// docs/graphs.md: a verify that loads its seed before its grid dependency wait predicts it from the batch and
 // the slots' accept lengths and parities with the build's own functions, unchecked (resolve_row without
 // the repeated-slot scan). For every row the build makes real, the prediction is what the build writes.
 TEST(Indices, APredictionFromPreRoundDataIsWhatTheBuildWrites) {
@@ -345,7 +345,7 @@ TEST(Indices, OneBuildSharedByAllLayersEqualsABuildPerLayer) {
   }
 }
 
-// SPEC §4.5: a later batch built into the same buffers leaves nothing of the earlier one, and a build
+// docs/indices.md: a later batch built into the same buffers leaves nothing of the earlier one, and a build
 // after accept_len changed picks up the new seeds.
 TEST(Indices, ADifferentBatchBuildsDifferentRowsAndNothingStaleSurvives) {
   KDA_SKIP_WITHOUT_RUNNER();
@@ -375,7 +375,7 @@ TEST(Indices, ADifferentBatchBuildsDifferentRowsAndNothingStaleSurvives) {
   EXPECT_EQ(b.seed_scratch[1], 6 * S + 1);
 }
 
-// SPEC §6: what only the device can see is clamped and recorded, never followed out of bounds.
+// docs/errors.md: what only the device can see is clamped and recorded, never followed out of bounds.
 TEST(Indices, BadDeviceValuesAreClampedAndRecorded) {
   KDA_SKIP_WITHOUT_RUNNER();
   const int32_t P = 4, S = 3, T = 3;
@@ -395,7 +395,7 @@ TEST(Indices, BadDeviceValuesAreClampedAndRecorded) {
 
 // Random batches (distinct slots for most rows, with padding, out-of-range and repeated slots, accept
 // lengths mostly in [0, S], n_real anywhere in [-1, N + 1]; up to 300 rows, so several blocks) against
-// the rules of SPEC §4 and §6 written out here, and, off the CPU, the CPU build bitwise.
+// the rules of docs/indices.md, docs/errors.md written out here, and, off the CPU, the CPU build bitwise.
 IndexRun random_run(std::mt19937_64& rng) {
   auto pick = [&](int32_t lo, int32_t hi) { return int32_t(lo + int64_t(rng() % uint64_t(hi - lo + 1))); };
   const int32_t P = pick(1, 320), S = pick(1, 9), T = pick(1, S), N = pick(1, 300);

@@ -1,5 +1,5 @@
-// SPEC §1 preprocessing against the direct formulas; the bf16 and f16 roundings, to nearest and
-// stochastic (SPEC §13), and the generator's published test vectors.
+// docs/math.md preprocessing against the direct formulas; the bf16 and f16 roundings, to nearest and
+// stochastic (docs/low_precision.md), and the generator's published test vectors.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// SPEC §2 index algebra, on the host (the kernels call the same functions).
+// docs/storage.md index algebra, on the host (the kernels call the same functions).
 #include <gtest/gtest.h>
 
 #include <set>

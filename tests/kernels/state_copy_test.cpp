@@ -1,6 +1,6 @@
-// SPEC §3 commit and materialize on the program's runner (tests/common/runner.h [TAG_RUNNERS]): each
+// docs/modes.md commit and materialize on the program's runner (tests/common/runner.h [TAG_RUNNERS]): each
 // listed slot's pool row in every layer becomes its accepted scratch row, bitwise, in 16-byte words and
-// in the 2-byte fallback, through a layer stride or a per-layer table (SPEC §10); skipped entries and
+// in the 2-byte fallback, through a layer stride or a per-layer table (docs/ops.md); skipped entries and
 // clamped accept lengths recorded once each. Checked against the copy written out here and, off the CPU,
 // the CPU copy bitwise.
 #include <gtest/gtest.h>
@@ -79,7 +79,7 @@ CopyRun random_run(std::mt19937_64& rng, StateGeometry geo, DType dtype, bool co
   return c;
 }
 
-// What the copy must leave, from SPEC §3: the pool with each good entry's accepted rows, accept_len (reset
+// What the copy must leave, from docs/modes.md: the pool with each good entry's accepted rows, accept_len (reset
 // by a materialize), and how many entries it records.
 struct CopyWant {
   std::vector<uint8_t> pool;
@@ -118,7 +118,7 @@ TEST(StateCopy, CommitAndMaterializeCopyTheAcceptedRows) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  // {L, P, S, HV, V, K, row stride}: compact rows, and rows with a gap after each (SPEC §10 views); the
+  // {L, P, S, HV, V, K, row stride}: compact rows, and rows with a gap after each (docs/ops.md views); the
   // last shape's pool through a per-layer table.
   const std::vector<std::pair<StateGeometry, DType>> shapes{
       {StateGeometry{3, 6, 4, 2, 64, 64}, DType::f32},

@@ -1,5 +1,5 @@
-// SPEC §8: the command line's synthetic inputs, sampler and joining states on the program's runner
-// (tests/common/runner.h [TAG_RUNNERS]): every element written, padded rows as the SPEC says, the joining
+// docs/cli.md: the command line's synthetic inputs, sampler and joining states on the program's runner
+// (tests/common/runner.h [TAG_RUNNERS]): every element written, padded rows as docs/cli.md says, the joining
 // state element for element the counter-based hash's, and, off the CPU, the CPU twin bitwise (the
 // `--check` reference regenerates exactly these values).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// SPEC §12, the kernels' bookkeeping of a token tree (kernels/tree.h), plain host code: where each kept
+// docs/trees.md, the kernels' bookkeeping of a token tree (kernels/tree.h), plain host code: where each kept
 // branch state waits for its readers. The verify of trees runs in tests/kernels/verify_tree_test.cpp.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// SPEC §1, §3: the T-token verify on the program's runner (tests/common/runner.h [TAG_RUNNERS]: the CPU
+// docs/math.md, docs/modes.md: the T-token verify on the program's runner (tests/common/runner.h [TAG_RUNNERS]: the CPU
 // backend, the CUDA kernels on the SIMT executor, the GPU) against an fp64 reference and, off the CPU,
 // against the CPU backend; closed forms and a hand-worked case; the bitwise identity of one T-token
 // verify with T single-token verifies; what only the device sees, recorded; what the launchers refuse.
@@ -31,7 +31,7 @@ namespace {
 
 using SweepParam = std::tuple<int /*K*/, int /*T*/, int /*G*/>;
 
-// How many of the 48 option sets of SPEC §1 case (K, T, G) runs on this runner; 0: not instantiated.
+// How many of the 48 option sets of docs/math.md case (K, T, G) runs on this runner; 0: not instantiated.
 int option_sets(int K, int T, int G) {
   switch (runner().matrix) {
     case Matrix::full: return 48;
@@ -43,7 +43,7 @@ int option_sets(int K, int T, int G) {
 
 class VerifySweep : public ::testing::TestWithParam<SweepParam> {};
 
-// Every option combination of SPEC §1 (L2 norm, scale default or given, beta as logit, the three gate
+// Every option combination of docs/math.md (L2 norm, scale default or given, beta as logit, the three gate
 // modes), T = 1 to 9 (9 crosses the kernels' 8-token staging chunk), one or two value heads per query
 // head. Rows: a pool seed, a scratch seed at accept 1 (the row token 0 overwrites), a scratch seed at
 // accept T (the row the last token overwrites), then one padded row.
@@ -111,7 +111,7 @@ TEST(Verify, SixteenBitWithinTolerance) {
       }
 }
 
-// SPEC §13: stochastic rounding of the state stores into bf16 and f16, within the 16-bit tolerance of
+// docs/low_precision.md: stochastic rounding of the state stores into bf16 and f16, within the 16-bit tolerance of
 // fp64; against the CPU backend, whose fp32 sums differ from the kernel's in the last bits, it rounds
 // the same elements differently about as rarely as round to nearest does (draws keyed otherwise would
 // differ in about half the elements that are not exact); and keyed as it says: another slot counter or
@@ -225,7 +225,7 @@ TEST(Verify, ManyRowsAndHeads) {
   }
 }
 
-// Kimi-Linear-48B at tensor parallel 2 (SPEC §7): HV = H = 16, K = V = 128, T = 4, batch 1 and 3.
+// Kimi-Linear-48B at tensor parallel 2 (docs/shapes.md): HV = H = 16, K = V = 128, T = 4, batch 1 and 3.
 TEST(Verify, KimiLinearTp2) {
   KDA_SKIP_WITHOUT_RUNNER();
   if (thread_lanes()) GTEST_SKIP() << "OS-thread lanes: 128 blocks a row";
@@ -250,7 +250,7 @@ TEST(Verify, KimiLinearTp2) {
 }
 
 // One T-token verify and T single-token verifies, each seeded from the previous post-state, run the
-// same arithmetic: outputs and post-states agree bitwise (what every mode of SPEC §3 relies on).
+// same arithmetic: outputs and post-states agree bitwise (what every mode of docs/modes.md relies on).
 TEST(Verify, TTokensEqualTSingleTokenVerifiesBitwise) {
   KDA_SKIP_WITHOUT_RUNNER();
   for (int K : {64, 128})
@@ -348,7 +348,7 @@ TEST(Verify, OutputsOfAnyAlignmentAreTheSameBytes) {
   }
 }
 
-// SPEC §11 "What engines really pass", each against the compact call with the same values, bitwise (the
+// docs/python.md "What engines really pass", each against the compact call with the same values, bitwise (the
 // fp64 sweeps check that one): q, k and v as strided views of one fused projection [N, T, C + pad]
 // (SGLang splits its qkv), read in place; gate parameters per query/key head (FlashInfer's GQA form,
 // A_log [H], dt_bias [H K]) against per value head copies; absent ones against zeros; and
@@ -525,7 +525,7 @@ TEST(Verify, UnitKeyReplacesOneColumn) {
   }
 }
 
-// K = V = 2, T = 2, g = 0, no scale; every number below is worked out by hand from SPEC §1 and exact in
+// K = V = 2, T = 2, g = 0, no scale; every number below is worked out by hand from docs/math.md and exact in
 // binary floating point.
 //   S0 = [[1, 2], [3, 4]]                     (S[j][i], rows j = value channel)
 //   t1: k = (1, 0), v = (2, 1), beta = 1/2, q = (1, 1)
@@ -554,7 +554,7 @@ TEST(Verify, HandWorkedTwoByTwo) {
   EXPECT_EQ(c.scratch.values, (std::vector<float>{1.5f, 2.0f, 2.0f, 4.0f, 1.5f, 1.75f, 2.0f, 3.5f}));
 }
 
-// SPEC §6, §10: a layer table the host did not check (on CUDA it lives in device memory) with an
+// docs/errors.md, docs/ops.md: a layer table the host did not check (on CUDA it lives in device memory) with an
 // invalid entry, null or misaligned: the kernels' shared seed function records it once per real row
 // and treats those rows as padding, so nothing is read or written through the bad base.
 TEST(Verify, AnInvalidLayerTableEntryIsRecordedAndItsRowsArePadding) {

@@ -1,4 +1,4 @@
-// SPEC §12: the verify of token trees on the program's runner (tests/common/runner.h [TAG_RUNNERS])
+// docs/trees.md: the verify of token trees on the program's runner (tests/common/runner.h [TAG_RUNNERS])
 // against the fp64 reference and, off the CPU, the CPU backend; a chain given as a tree bitwise the chain;
 // every root-to-node path of a tree bitwise the chain of its tokens; parents outside their range read as
 // the chain's and recorded; trees larger than the kernel keeps, refused.
@@ -134,7 +134,7 @@ TEST(VerifyTree, EveryPathIsBitwiseTheChainOfItsTokens) {
   }
 }
 
-// SPEC §12: a parent outside [-1, t) in memory the host does not check is read as t - 1 and recorded.
+// docs/trees.md: a parent outside [-1, t) in memory the host does not check is read as t - 1 and recorded.
 TEST(VerifyTree, ParentsOutsideTheirRangeReadAsTheChainAndAreRecorded) {
   KDA_SKIP_WITHOUT_RUNNER();
   CaseShape s = sweep_shape(64, 6, 1, 5, 2);

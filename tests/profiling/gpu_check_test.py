@@ -567,7 +567,7 @@ def fla_peer_indices_are_sglangs():
 
 
 def scalar_reference(seed, q, k, v, x, beta_logit, A_log, dt_bias, scale):
-    """SPEC §1 element by element, sharing nothing with fla_peer.reference_row."""
+    """docs/math.md element by element, sharing nothing with fla_peer.reference_row."""
     import math
 
     T, H, K = len(q), len(q[0]), len(q[0][0])

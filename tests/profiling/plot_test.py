@@ -7,7 +7,7 @@ says.
 Readable: every text the figure draws (titles, axis labels, tick labels, legend entries) lies inside the
 canvas, the legend overlaps no panel, panels overlap no panel, and the axes read in plain numbers.
 Faithful: each line's points are the CSV's (time, bandwidth) or are computed here from it (speedup over
-two-phase, the traffic bound from SPEC 7's transfer counts). The CSVs are synthetic, with random times, so
+two-phase, the traffic bound from docs/shapes.md's transfer counts). The CSVs are synthetic, with random times, so
 that every point differs. Exits 77 (skipped) without matplotlib.
 """
 import contextlib
@@ -38,7 +38,7 @@ CEILING_GBS = 37.5
 
 
 def transfers(mode, T):
-    """SPEC 7: state-sized transfers per layer and request in a round."""
+    """docs/shapes.md: state-sized transfers per layer and request in a round."""
     return {"two-phase": 1 + T + 2, "fused-accept": 1 + T, "replay": 2}[mode]
 
 

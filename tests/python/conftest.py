@@ -17,7 +17,7 @@ MARKERS = {
     "gpu": "needs a CUDA device and kdagraph built with CUDA: skipped without them, never passed",
     "cuda_graph": "captures the drop-ins in a torch.cuda.graph",
     "cupy": "passes cupy arrays (skipped without cupy)",
-    "tree": "token trees (SPEC 12)",
+    "tree": "token trees (docs/trees.md)",
 }
 REQUIRE_GPU = os.environ.get("KDAGRAPH_REQUIRE_GPU") == "1"
 COUNTS = collections.defaultdict(collections.Counter)  # marker -> outcome -> tests

@@ -1,4 +1,4 @@
-"""Helpers of the Python tests: an independent fp64 numpy implementation of SPEC §1 (sharing no code
+"""Helpers of the Python tests: an independent fp64 numpy implementation of docs/math.md (sharing no code
 with the library), error measures, and the check that a refused call changes nothing. The GPU tests'
 honest skips are conftest.py's marker `gpu` (torch is a test dependency: nothing skips for want of it)."""
 
@@ -38,7 +38,7 @@ def sigmoid(z):
 
 def reference_verify(state, q, k, v, g, beta, *, l2norm=True, scale=None, gate="precomputed", A_log=None,
                      dt_bias=None, lower_bound=-5.0, beta_is_logit=False):
-    """SPEC §1 in fp64 for one sequence: state [HV, V, K] (V-major), q, k [T, H, K], v [T, HV, V],
+    """docs/math.md in fp64 for one sequence: state [HV, V, K] (V-major), q, k [T, H, K], v [T, HV, V],
     g [T, HV, K], beta [T, HV]. Returns (outputs [T, HV, V], post-states [T, HV, V, K])."""
     s = np.array(state, dtype=np.float64)
     T, H, K = q.shape
@@ -81,7 +81,7 @@ def as_f64(x):
 
 def expect_refused_unchanged(call, argument, **watched):
     """call() raises InvalidArgument (a ValueError) naming `argument`, and every watched array is bitwise
-    what it was before (SPEC §6: a refused call changes nothing)."""
+    what it was before (docs/errors.md: a refused call changes nothing)."""
     before = {name: a.copy() for name, a in watched.items()}
     with pytest.raises(kdagraph.InvalidArgument) as e:
         call()

@@ -1,4 +1,4 @@
-"""Calls the engines make as they make them (SPEC §11, *What engines really pass*), on the CPU backend:
+"""Calls the engines make as they make them (docs/python.md, *What engines really pass*), on the CPU backend:
 FlashInfer's clamping of num_accepted_tokens (0 and above T read as 1 and T, recorded in the error word,
 the same as on CUDA), the README's SGLang-then-FlashInfer example with a zero-initialized accept_lens_pool
 (a request just prefilled), and refusals that name the dtype, the caller's shape and an empty batch."""

@@ -1,4 +1,4 @@
-"""flash-linear-attention's call forms through recurrent_kda (SPEC §11, *What engines really pass*), with
+"""flash-linear-attention's call forms through recurrent_kda (docs/python.md, *What engines really pass*), with
 torch CPU tensors as FLA passes them (cu_seqlens int64):
 
 - the plain form: T tokens from initial_state[b], no ssm_state_indices, only the final state written back
@@ -9,7 +9,7 @@ torch CPU tensors as FLA passes them (cu_seqlens int64):
 - FLA's default state layout [N, HV, K, V] (state_v_first=False, or transpose_state_layout=False) in those
   forms, numpy and torch: bitwise the call on the V-major state, K != V and K = V; refused for a pool.
 
-Against the fp64 recurrence of SPEC §1 (helpers.reference_verify) within the bar FLA's own tests set
+Against the fp64 recurrence of docs/math.md (helpers.reference_verify) within the bar FLA's own tests set
 (tests/ops/test_kda.py: RMS error / RMS of the reference below 0.005) and, in fp32, within 1e-5."""
 
 import numpy as np
@@ -51,7 +51,7 @@ def fla_inputs(gen, B, T, H, D, normalizer, l2norm_in_kernel, G=1, V=None):
 
 
 def reference(q, k, v, g, beta, h0, *, scale, l2norm=True):
-    """fp64 (outputs [B, T, HV, V], final states [B, HV, V, K]) of SPEC §1, one sequence per row."""
+    """fp64 (outputs [B, T, HV, V], final states [B, HV, V, K]) of docs/math.md, one sequence per row."""
     outs, finals = [], []
     for b in range(q.shape[0]):
         o, posts = reference_verify(h0[b].numpy(), *(x[b].numpy() for x in (q, k, v, g, beta)), l2norm=l2norm,
@@ -127,7 +127,7 @@ def test_sixteen_bit_io_with_its_own_or_fp32_gates(dtype):
     assert fla_err_ratio(want_final, final_full.numpy()) < FLA_RATIO
     assert not same(final_full, final), "full-precision gates change the state"
 
-    h0_16 = h0.to(torch.float16)  # an fp16 state (SPEC 13): rounded to nearest at the final store
+    h0_16 = h0.to(torch.float16)  # an fp16 state (docs/low_precision.md): rounded to nearest at the final store
     state16 = h0_16.clone()
     o16, final16 = kdagraph.recurrent_kda(*low, initial_state=state16, output_final_state=True, scale=0.1)
     want_o, want_final = reference(*(x.float() for x in low), h0_16.float(), scale=0.1)
@@ -141,7 +141,7 @@ def test_sixteen_bit_io_with_its_own_or_fp32_gates(dtype):
 
 
 def test_the_verifier_takes_a_state_rounding_and_names_a_bad_one():
-    """SPEC 13: Verifier(rounding=...) over a 16-bit state; another name is refused by name."""
+    """docs/low_precision.md: Verifier(rounding=...) over a 16-bit state; another name is refused by name."""
     kw = dict(layers=1, heads=1, value_heads=2, head_k=16, head_v=16, slots=4, scratch_steps=4, max_rows=2, tokens=2)
     for state in ("bfloat16", "float16"):
         kdagraph.Verifier(state_dtype=state, rounding="stochastic", **kw)
@@ -261,7 +261,7 @@ def test_what_a_varlen_call_cannot_do_is_refused_before_any_sequence_runs(rng):
 
 
 def test_flas_k_v_state_layout_is_refused_by_name_unless_asked_for():
-    """FLA keeps its state [N, HV, K, V]; kdagraph's is V-major [N, HV, V, K] (SPEC §1). Where K != V
+    """FLA keeps its state [N, HV, K, V]; kdagraph's is V-major [N, HV, V, K] (docs/math.md). Where K != V
     the layout shows in the shape, and the refusal names it and the keyword that takes it (where K = V
     only the caller knows: state_v_first says)."""
     gen = torch.Generator().manual_seed(5)

@@ -1,4 +1,4 @@
-"""recurrent_kda's FlashInfer 0.7 call forms (SPEC §11): initial_state_source wins the seed with or
+"""recurrent_kda's FlashInfer 0.7 call forms (docs/python.md): initial_state_source wins the seed with or
 without num_accepted_tokens; disable_state_update (the frozen verify) seeds as the updating call does,
 writes no state row and returns the same outputs; every FlashInfer 0.7 option kdagraph does not
 implement is refused by name with nothing changed, and any `backend` is taken and ignored; the signature

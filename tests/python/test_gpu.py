@@ -87,7 +87,7 @@ def test_the_cuda_host_engine_matches_the_cpu_one(rng):
 
 
 def test_short_conv_on_cuda_matches_the_cpu_backend(rng):
-    """The same conv arithmetic on both backends (SPEC §9), on torch's current stream, state in place."""
+    """The same conv arithmetic on both backends (docs/conv.md), on torch's current stream, state in place."""
     from test_short_conv import ConvCase
 
     c = ConvCase(rng, W=4, C=200, S=5, T=3)
@@ -202,7 +202,7 @@ def test_a_slot_strided_pool_on_cuda_is_updated_in_place(rng):
 
 
 def test_clamped_accept_lengths_and_the_varlen_form_on_cuda_match_the_cpu_backend(rng):
-    """SPEC §11: num_accepted_tokens of 0 and T + 1 are clamped on CUDA as on the CPU, and recorded in the
+    """docs/python.md: num_accepted_tokens of 0 and T + 1 are clamped on CUDA as on the CPU, and recorded in the
     CUDA error word; cu_seqlens of different lengths (int64 on the device, read by the host) run as on the
     CPU, FLA's plain form per sequence."""
     c = Case(rng, K=64, V=64, H=2, HV=4, padded=1)

@@ -1,4 +1,4 @@
-"""The drop-ins as SGLang runs its verify step (SPEC §4, §5, §11): one torch.cuda.graph holds the index
+"""The drop-ins as SGLang runs its verify step (docs/indices.md, docs/graphs.md, docs/python.md): one torch.cuda.graph holds the index
 build (build_fused_accept_indices) and L recurrent_kda calls on static tensors; each round the engine
 writes fresh inputs and accept lengths into those tensors, changes the batch now and then (padded rows
 included), and replays. Every replay must be bitwise equal to the same calls made eagerly on a twin of the

@@ -1,4 +1,4 @@
-"""build_fused_accept_indices (SGLang's signature) and the five required behaviours of SPEC §4, on
+"""build_fused_accept_indices (SGLang's signature) and the five required behaviours of docs/indices.md, on
 numpy and the CPU backend."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The ops of a round over arrays the caller owns (SPEC §10): build_indices, verify_layer, accept, commit
+"""The ops of a round over arrays the caller owns (docs/ops.md): build_indices, verify_layer, accept, commit
 and materialize on SGLang's layout (one pool [L, P + 1, HV, V, K], the padding slot never named) and
 vLLM's (an array per layer), bitwise equal to a Verifier running the same rounds, in every mode, given
 numpy arrays or torch CPU tensors (torch.from_numpy: the same memory, so the numpy side sees every write)."""
@@ -46,7 +46,7 @@ def as_framework(framework):
 @pytest.mark.parametrize("layout", ["sglang", "per-layer"])
 @pytest.mark.parametrize("mode", ["fused-accept", "two-phase", "replay"])
 def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv_width, framework):
-    """With a conv (SPEC §9) conv_layer makes q, k and v from x before each verify_layer, over the caller's
+    """With a conv (docs/conv.md) conv_layer makes q, k and v from x before each verify_layer, over the caller's
     conv state (and two-phase conv scratch), or conv_verify_layer does both in one kernel as the runner does;
     outputs, pools and conv windows all bitwise."""
     W = conv_width
@@ -156,7 +156,7 @@ def test_ops_on_caller_arrays_equal_the_verifier_bitwise(rng, mode, layout, conv
 
 
 def test_the_pdl_switch_is_on_by_default_and_settable():
-    """SPEC §5: programmatic dependent launch is one switch of the round: RoundSpec's and the Verifier's."""
+    """docs/graphs.md: programmatic dependent launch is one switch of the round: RoundSpec's and the Verifier's."""
     shape = dict(layers=L, heads=H, value_heads=HV, head_k=K, head_v=V, tokens=T)
     assert kdagraph.RoundSpec(**shape).pdl is True
     assert kdagraph.RoundSpec(**shape, pdl=False).pdl is False
@@ -282,7 +282,7 @@ def test_the_gate_parameters_of_the_ops_are_checked():
     layer = dict(q=z(N, T, H, K), k=z(N, T, H, K), v=z(N, T, HV, V), g=z(N, T, HV, K), beta=z(N, T, HV), o=z(N, T, HV, V))
     good = dict(A_log=z(HV), dt_bias=z(HV, K))
     kdagraph.verify_layer(spec, storage, indices, rows=N, layer=0, **layer, **good)
-    # None is taken (zeros, SPEC §11), and so are the per query/key head forms ([H], [H * K]).
+    # None is taken (zeros, docs/python.md), and so are the per query/key head forms ([H], [H * K]).
     for argument, bad in [("A_log", dict(A_log=np.zeros(HV, np.float64))),
                           ("A_log", dict(A_log=z(HV + 1))), ("dt_bias", dict(dt_bias=z(K, HV + 1)))]:
         with pytest.raises(kdagraph.InvalidArgument) as e:

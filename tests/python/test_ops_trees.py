@@ -1,4 +1,4 @@
-"""The ops of a round with token trees over caller arrays (SPEC §10, §12): RoundSpec(trees=True),
+"""The ops of a round with token trees over caller arrays (docs/ops.md, docs/trees.md): RoundSpec(trees=True),
 build_indices(parent=), conv_layer then verify_layer, accept_path (and commit), SlotStorage's accept_path,
 bitwise equal to a Verifier(trees=True) running the same random trees and paths, in every mode, with and
 without the short convolution; a tree or a path where the spec has none, and a
@@ -44,7 +44,7 @@ def test_ops_with_trees_equal_the_verifier_bitwise(rng, mode, conv_width):
         else:
             extra["round_parity"] = np.zeros(P, np.int32)
             extra["accept_path"] = np.full((P, T), 99, np.int32)  # not read before a slot's first accept
-    if mode == "replay":  # the ring (SPEC §3): the accepted path's records become the pending ones
+    if mode == "replay":  # the ring (docs/modes.md): the accepted path's records become the pending ones
         extra.update(ring_kg=np.full((L, P, spec.ring_kg_row_stride), np.nan, np.float32),
                      ring_u=np.full((L, P, spec.ring_u_row_stride), np.nan, np.float32),
                      ring_pending=np.zeros(P, np.int32), ring_start=np.zeros(P, np.int32))

@@ -36,7 +36,7 @@ def test_the_drop_ins_are_typed_with_the_engines_signatures():
     sig = inspect.signature(kdagraph.build_fused_accept_indices)
     assert all(p.kind == p.KEYWORD_ONLY for p in sig.parameters.values())
     assert list(sig.parameters)[:4] == ["slots", "scratch_steps", "draft_token_num", "accept_lens_pool"]
-    sig = inspect.signature(kdagraph.short_conv)  # SPEC §11
+    sig = inspect.signature(kdagraph.short_conv)  # docs/python.md
     assert list(sig.parameters)[:4] == ["x", "conv_state", "weight", "bias"]
     assert sig.parameters["bias"].default is None and sig.parameters["activation"].default == "silu"
     assert all(sig.parameters[p].kind == inspect.Parameter.KEYWORD_ONLY

@@ -1,5 +1,5 @@
-"""recurrent_kda (FlashInfer's signature, SPEC §11) on numpy arrays and the CPU backend, against an
-independent fp64 implementation of SPEC §1: the seed row at num_accepted_tokens - 1, every post-state
+"""recurrent_kda (FlashInfer's signature, docs/python.md) on numpy arrays and the CPU backend, against an
+independent fp64 implementation of docs/math.md: the seed row at num_accepted_tokens - 1, every post-state
 written where ssm_state_indices says, padded rows zero and untouched, initial_state_source, the gate and
 beta in the kernel, the packed cu_seqlens form, and zero copy."""
 
@@ -53,7 +53,7 @@ class Case:
 
     def reference(self, b, seed_state, parent=None):
         """Row b's (outputs [T, HV, V], post-states [T, HV, V, K]) in fp64: a chain from seed_state, or with
-        `parent` [T] a token tree (SPEC §12), each token a one-token verify from its parent's post-state
+        `parent` [T] a token tree (docs/trees.md), each token a one-token verify from its parent's post-state
         (-1: from seed_state)."""
         def run(state, tokens):
             return reference_verify(as_f64(state), *(as_f64(x[b, tokens]) for x in (self.q, self.k, self.v, self.g, self.beta)),

@@ -1,4 +1,4 @@
-"""Replay mode with the gate in the kernel from Python (SPEC §3, §6): a round folds each slot's pending
+"""Replay mode with the gate in the kernel from Python (docs/modes.md, docs/errors.md): a round folds each slot's pending
 records, which hold the raw gate an earlier round was given, with its own A_log and dt_bias, the layer's
 weights. A round whose gate arrays moved while records verified with the old ones may pend is refused as
 kdagraph.InvalidArgument (a ValueError) naming the argument, and changes nothing; once every slot is

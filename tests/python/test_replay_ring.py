@@ -1,8 +1,8 @@
-"""Replay's corrections ring from Python (SPEC §3): one checkpoint a slot (its pool row) and a ring of R
+"""Replay's corrections ring from Python (docs/modes.md): one checkpoint a slot (its pool row) and a ring of R
 records, folded into the next verify. Over rounds of random accept lengths, a replay Verifier (its CPU
 graph) and the ops of a round over caller arrays give outputs bitwise those of fused accept, and after
 materialize bitwise its pools, whatever flush_min (0: every round; T + 1; R - T, the latest); each slot's
-pending count and each row's flush follow SPEC §3's rule. A ring that cannot hold a round beside its
+pending count and each row's flush follow docs/modes.md's rule. A ring that cannot hold a round beside its
 pending records is refused by name; ring_bytes and bytes_moved say what the ring costs."""
 
 import numpy as np
@@ -103,7 +103,7 @@ def test_replay_equals_fused_accept_bitwise_whatever_the_flush(rng, ring_records
     assert length == N
     outputs = [np.zeros((N, T, HV, V), np.float32) for _ in range(L)]
 
-    hist = np.zeros(P, np.int64)  # SPEC §3's pending count of each slot, as the rule says it moves
+    hist = np.zeros(P, np.int64)  # docs/modes.md's pending count of each slot, as the rule says it moves
     flushes = []
     joined_with, moved = states.copy(), set()  # each slot's state when it joined; slots verified since
     batch = None
@@ -210,7 +210,7 @@ def test_the_comparison_can_fail(rng):
 
 @pytest.mark.parametrize("maker", ["Verifier", "RoundSpec"])
 def test_a_ring_that_cannot_hold_a_round_is_refused_by_name(maker):
-    """SPEC §3: 2 T <= R (a round's T records beside up to R - T pending) and 0 <= flush_min <= R - T."""
+    """docs/modes.md: 2 T <= R (a round's T records beside up to R - T pending) and 0 <= flush_min <= R - T."""
     def make(**ring):
         if maker == "Verifier":
             return kdagraph.Verifier(**SHAPE, slots=P, scratch_steps=T, max_rows=N, mode="replay", **ring)
@@ -248,7 +248,7 @@ def test_ring_bytes_are_the_replay_modes_and_smaller_than_its_scratch():
 
 
 def test_bytes_moved_counts_the_state_traffic_when_asked(rng):
-    """SPEC §7: a fused-accept verify moves 1 + T states a layer and row. Replay with flush_min 0, in its
+    """docs/shapes.md: a fused-accept verify moves 1 + T states a layer and row. Replay with flush_min 0, in its
     second round (the first round's records pending), reads the checkpoint, folds the records, writes the
     state back (a flush) and appends its records: more than two states, less than fused accept's 1 + T
     at this shape. Without count_bytes nothing is counted; clear_bytes_moved starts over."""

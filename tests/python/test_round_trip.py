@@ -1,8 +1,8 @@
 """A Verifier and a GraphRunner driven from Python for 60 rounds, bitwise equal to the C++ host engine
-(SPEC §8) with the same seed: the same requests in the same slots, the same synthetic inputs, gate
+(docs/cli.md) with the same seed: the same requests in the same slots, the same synthetic inputs, gate
 parameters, conv weights and windows, and accept lengths; every round's outputs and, after materialize,
 every state and conv window compared bit for bit, in every mode, without and with the short convolution
-(SPEC §9). The runner replays its CPU graph; the engine runs its own."""
+(docs/conv.md). The runner replays its CPU graph; the engine runs its own."""
 
 import numpy as np
 import pytest
@@ -32,7 +32,7 @@ def round_inputs(seed, layer, N, conv_width, T=T):
 @pytest.mark.parametrize("conv_width", [0, 4, 2], ids=["no-conv", "conv4", "conv2"])
 @pytest.mark.parametrize("mode", ["fused-accept", "two-phase", "replay"])
 def test_python_rounds_equal_the_cpp_host_engine_bitwise(rng, mode, conv_width):
-    """With a conv (SPEC §9) the runner's inputs are the pre-conv projections x, convolved inside each layer's
+    """With a conv (docs/conv.md) the runner's inputs are the pre-conv projections x, convolved inside each layer's
     verify kernel: q, k and v stay as they were (poisoned before every round, so a write shows), and after
     materialize each request's conv window is compared too."""
     seed = int(rng.integers(1, 2**62))

@@ -1,4 +1,4 @@
-"""short_conv (SPEC §9, §11) on numpy arrays and the CPU backend, against an independent fp64 numpy
+"""short_conv (docs/conv.md, docs/python.md) on numpy arrays and the CPU backend, against an independent fp64 numpy
 reference written from the formula: the window at column max(a - 1, 0), the in-place advance of the conv
 state, padded rows zero and untouched, several rounds of one request's input sequence, zero copy, and
 every bad argument refused by name before any work."""
@@ -26,7 +26,7 @@ def io_type(name):
 
 
 def reference(x, state, weight, bias, indices, accepted, silu):
-    """SPEC §9 in fp64: y [B, T, C] and the conv state after the call, from x [B, T, C] and the state
+    """docs/conv.md in fp64: y [B, T, C] and the conv state after the call, from x [B, T, C] and the state
     [N, W - 2 + S, C] before it."""
     x, state = as_f64(x), as_f64(state)
     B, T, C = x.shape
@@ -105,7 +105,7 @@ def test_short_conv_matches_the_fp64_reference_in_place(rng, W, C, S, io):
         else:
             assert rel_error(y[b], want_y[b]) <= TOL[io], f"row {b} (a = {c.accepted[b]})"
     # The state moves inputs, it computes nothing: its new columns are exact copies, in either dtype.
-    assert np.array_equal(as_f64(c.state), want_state), "the conv state advanced in place as SPEC §9 says"
+    assert np.array_equal(as_f64(c.state), want_state), "the conv state advanced in place as docs/conv.md says"
     for r in set(range(c.N)) - set(int(i) for i in c.indices if i >= 0):
         assert np.array_equal(c.state[r].view(np.uint8), before[r].view(np.uint8)), f"row {r} is nobody's, yet changed"
 
@@ -197,7 +197,7 @@ def test_a_bad_argument_is_refused_by_name_and_changes_nothing(rng, argument, ba
 
 def envelope_view(rows, columns, C, dtype, extra_bytes=16):
     """[rows, columns, C] compact inside a row, each row at the start of a per-slot envelope whose stride
-    is a 16-byte multiple with room to spare (the round's layout, SPEC §10), and the envelope itself."""
+    is a 16-byte multiple with room to spare (the round's layout, docs/ops.md), and the envelope itself."""
     per16 = 16 // np.dtype(dtype).itemsize
     stride = -(-columns * C // per16) * per16 + extra_bytes // np.dtype(dtype).itemsize
     envelope = np.zeros((rows, stride), dtype)
@@ -209,7 +209,7 @@ def envelope_view(rows, columns, C, dtype, extra_bytes=16):
 @pytest.mark.parametrize("io", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [2, 3, 4])
 def test_any_channel_count_over_30_rounds_of_random_acceptance(rng, W, io):
-    """SPEC §11: any C >= 1, rows that do not fill 16 bytes included (a compact state whose base is one
+    """docs/python.md: any C >= 1, rows that do not fill 16 bytes included (a compact state whose base is one
     element off any 16-byte boundary), against fp64 over 30 rounds of random accept lengths per C; the same
     calls on 16-byte rows in per-slot envelopes give the same bits, and the envelopes' spare bytes stay."""
     t = io_type(io)
@@ -239,7 +239,7 @@ def test_any_channel_count_over_30_rounds_of_random_acceptance(rng, W, io):
             assert np.array_equal(y.view(np.uint8), y2.view(np.uint8)), f"{where}: compact and 16-byte rows differ"
             assert np.array_equal(compact.view(np.uint8), padded.view(np.uint8)), f"{where}: states differ"
             _, want_state = reference(x, before, weight, bias, rows, accepted, True)
-            assert np.array_equal(as_f64(compact), want_state), f"{where}: the state did not advance as SPEC §9 says"
+            assert np.array_equal(as_f64(compact), want_state), f"{where}: the state did not advance as docs/conv.md says"
             for b in range(B):
                 if rows[b] < 0:
                     assert (as_f64(y[b]) == 0).all(), f"{where}: padded row {b}"

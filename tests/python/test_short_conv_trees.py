@@ -1,4 +1,4 @@
-"""short_conv with token trees (SPEC §12's Python line: parent_indices, accept_index) over calls of one
+"""short_conv with token trees (docs/trees.md's Python line: parent_indices, accept_index) over calls of one
 batch, against an fp64 reference written from the formula: token t's window is the inputs of its nearest
 W - 1 ancestors after the row's history, and after a call the history grows by the inputs of the path
 the sampler accepted, which the next call names in accept_index. Fresh random inputs, outputs poisoned

@@ -1,4 +1,4 @@
-"""The layouts engines hand the drop-ins (SPEC §10, §11): state pools whose slot stride exceeds a state
+"""The layouts engines hand the drop-ins (docs/ops.md, docs/python.md): state pools whose slot stride exceeds a state
 (SGLang's per-slot envelopes), used in place through the library's views, and int64 index arrays (torch's
 default integer type), taken on the host as int32 copies; what would need a copy of a state is refused
 by name, saying which stride is wrong. numpy and torch CPU tensors alike."""

@@ -1,4 +1,4 @@
-"""Token trees through recurrent_kda (SPEC §12's Python line, parent_indices): token t of a sequence
+"""Token trees through recurrent_kda (docs/trees.md's Python line, parent_indices): token t of a sequence
 updates the post-state of its parent (-1: the seed) and outputs from its own, against an fp64 reference
 that runs each token as a one-token verify from its parent's post-state; every post-state lands in its
 ssm_state_indices row; a chain given as a tree is bitwise the call without; the frozen verify outputs the

@@ -1,4 +1,4 @@
-"""Token trees (SPEC §12) through the owning classes and the ops of a round: a Verifier(trees=True) and its
+"""Token trees (docs/trees.md) through the owning classes and the ops of a round: a Verifier(trees=True) and its
 GraphRunner driven from Python, each round's tree given by set_tree (or written into Verifier.parent, as a
 drafter on the device would) and its accepted paths by accept_path_from_host or GraphRunner.accept_path,
 bitwise equal to the C++ host engine drafting the same hashed top-K trees (--tree K), outputs every round
@@ -54,11 +54,11 @@ def test_python_tree_rounds_equal_the_cpp_host_engine_bitwise(rng, mode, conv_wi
     rate = float(rng.uniform(0.5, 0.95))
     outputs, batches, retired = engine(seed, rate, mode, conv_width, top_k)
     assert len(outputs) == ROUNDS and all(b == list(range(BATCH)) for b in batches)
-    if top_k == 1:  # SPEC §12: a chain given as a tree is bitwise the chain
+    if top_k == 1:  # docs/trees.md: a chain given as a tree is bitwise the chain
         chain_outputs, _, chain_retired = engine(seed, rate, mode, conv_width, 0)
         assert all(same_bits(a, b) for a, b in zip(outputs, chain_outputs))
         assert all(same_bits(a[2], b[2]) for a, b in zip(retired, chain_retired))
-    if mode == "replay":  # SPEC §3: the ring gives fused accept's outputs and states bitwise, trees included
+    if mode == "replay":  # docs/modes.md: the ring gives fused accept's outputs and states bitwise, trees included
         fused_outputs, _, fused_retired = engine(seed, rate, "fused-accept", conv_width, top_k)
         assert all(same_bits(a, b) for a, b in zip(outputs, fused_outputs))
         assert all(same_bits(a[2], b[2]) for a, b in zip(retired, fused_retired))

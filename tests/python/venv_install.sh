@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPEC §11 from a user's seat: a clean clone of the committed tree, a fresh virtual environment,
+# docs/python.md from a user's seat: a clean clone of the committed tree, a fresh virtual environment,
 # `pip install .` (the extension, with CUDA when nvcc is on PATH, and the command line) with the test
 # extra (torch from PyPI, used on the CPU here, and fla-core for flash-linear-attention's reference), then
 # the command line's main job and the Python tests against the installed package, never the source tree.

@@ -146,7 +146,7 @@ void trigger_dependent_launch(const char* file, int line) {
   if (!self.grid_waited)
     fail(self, "trigger_dependent_launch at " + site(file, line) +
                    " before grid_dependency_wait: a kernel may let its dependents start only after its own wait, "
-                   "or their reads above their wait race the kernel before it (SPEC §5)");
+                   "or their reads above their wait race the kernel before it (docs/graphs.md)");
 }
 
 }  // namespace kdagraph::simt

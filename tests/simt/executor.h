@@ -12,7 +12,7 @@
 // exchange, a barrier some threads skip, copies never waited for, misaligned vector accesses) fails the
 // launch with cudaErrorLaunchFailure and a message that last_error() returns.
 //
-// Programmatic dependent launch (SPEC §5) [TAG_PDL]. A kernel launched with `pdl` may start while the
+// Programmatic dependent launch (docs/graphs.md) [TAG_PDL]. A kernel launched with `pdl` may start while the
 // previous kernel on the stream runs; it must reach grid_dependency_wait() before it reads what that
 // kernel writes, and call trigger_dependent_launch() only after its own wait. With fiber lanes the
 // executor takes the most adversarial order the device allows: a `pdl` kernel runs up to its

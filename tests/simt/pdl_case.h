@@ -1,4 +1,4 @@
-// A verify case launched as a round launches it (SPEC §5, [TAG_PDL]): right after the kernel that writes
+// A verify case launched as a round launches it (docs/graphs.md, [TAG_PDL]): right after the kernel that writes
 // its inputs (a model's projections, the conv), both programmatic. The staging kernel copies the case's q,
 // k, v, g and beta into the buffers the verify reads, below its own wait; until then those buffers hold
 // poison (0xff bytes: NaN). With fiber lanes the executor runs the verify up to its wait before the

@@ -1,4 +1,4 @@
-// SPEC §5 programmatic dependent launch on the executor alone [TAG_PDL]: the shipped verify, launched
+// docs/graphs.md programmatic dependent launch on the executor alone [TAG_PDL]: the shipped verify, launched
 // right after the kernel that writes its inputs (poisoned until then, every schedule), matches fp64 and
 // the CPU backend: it reads none of them above its grid-dependency wait (verify_mutants_simt_test shows a
 // verify that does is caught). With OS-thread lanes (ThreadSanitizer) programmatic launches run plainly:

@@ -33,7 +33,7 @@ inline void run_simt(VerifyCase& c, const VerifyParams& p) {
 
 // The simulated kernel on a fresh case against fp64 (every output written, padded rows zero, no state
 // written outside the real rows' write rows), then against verify_cpu on an identical case.
-// With `parent` [N * T], the rows verify token trees (SPEC §12).
+// With `parent` [N * T], the rows verify token trees (docs/trees.md).
 inline void expect_simt_matches(const CaseShape& s, uint64_t seed, const std::vector<int32_t>& slots,
                                 const std::vector<int32_t>& accept, const std::vector<int32_t>& parent = {}) {
   const double tol = tolerance(s);

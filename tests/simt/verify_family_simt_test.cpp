@@ -1,6 +1,6 @@
 // [TAG_VERIFY_VARIANTS] Every member of the verify kernel family (kernels/verify_kernel.cuh) that the GPU
 // sweep times (profiling/verify_variants.cuh) runs here first, on the SIMT executor, in place of the
-// library's verify kernel in rounds of every mode over caller storage (SPEC §3, §10; each mode once, fp32
+// library's verify kernel in rounds of every mode over caller storage (docs/modes.md, docs/ops.md; each mode once, fp32
 // and bf16 each at least once, member_runs): the index build,
 // accept, commit and materialize are the library's, the verify the member's, on the very parameters a
 // round's verify gets (graph/ops_params.h), launched as the library launches it (programmatic dependent

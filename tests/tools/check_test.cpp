@@ -74,7 +74,7 @@ TEST(ReferenceCheck, ToleranceFollowsTheDtypes) {
   EXPECT_EQ(ReferenceCheck(engine_config(e)).result().tolerance, 1e-5);
   e.io = DType::bf16;
   EXPECT_EQ(ReferenceCheck(engine_config(e)).result().tolerance, 1e-2);
-  // SPEC §13: a bf16 state rounds at every post-state in fused accept, as in the reference, but at
+  // docs/low_precision.md: a bf16 state rounds at every post-state in fused accept, as in the reference, but at
   // replay's flushes only.
   e.state = DType::bf16;
   EXPECT_EQ(ReferenceCheck(engine_config(e)).comparison(), "bitwise");
@@ -82,7 +82,7 @@ TEST(ReferenceCheck, ToleranceFollowsTheDtypes) {
   EXPECT_EQ(ReferenceCheck(engine_config(e)).comparison(), "relative error <= 0.01");
 }
 
-// SPEC §9 on the command line: Kimi-Linear's conv (W = 4, SiLU, no bias) over C = 2 H K + HV V unless
+// docs/conv.md on the command line: Kimi-Linear's conv (W = 4, SiLU, no bias) over C = 2 H K + HV V unless
 // --no-conv; its state is two halves of W - 1 + S columns in the offset-window modes, W - 1 and a scratch
 // in two-phase.
 TEST(EngineOptions, TheConvIsOnByDefaultWithKimiLinearsShape) {
@@ -104,7 +104,7 @@ TEST(EngineOptions, TheConvIsOnByDefaultWithKimiLinearsShape) {
   EXPECT_EQ(describe(engine_config(e).verifier.conv), "off (--no-conv): the recurrent part alone");
 }
 
-// SPEC §3's memory per slot at Kimi-K3, fp32 state, bf16 inputs, T = 8, R = 24 (the default 3 T): one
+// docs/modes.md's memory per slot at Kimi-K3, fp32 state, bf16 inputs, T = 8, R = 24 (the default 3 T): one
 // checkpoint of 64 KiB and 24 records of about 4K + 4V bytes, 88 KiB a head, against fused accept's
 // 1 + S = 9 states, 576 KiB a head.
 TEST(EngineOptions, ReplayKeepsACheckpointAndARingPerHead) {

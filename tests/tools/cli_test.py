@@ -106,7 +106,7 @@ ERRORS = {
     "error_run_graph_memory_copies": (["run", "--graph-memory-copies", "0"], ["--graph-memory-copies", "4096"]),
     "error_run_graph_memory_eager": (["run", "--exec", "eager", "--graph-memory-copies", "4"],
                                      ["--graph-memory-copies", "--exec eager"]),
-    # SPEC 3: the ring holds a round's T records beside up to R - T pending ones (T = 4 by default).
+    # docs/modes.md: the ring holds a round's T records beside up to R - T pending ones (T = 4 by default).
     "error_ring_below_2t": (["run", "--mode", "replay", "--ring", "3"], ["--ring", "ring.records", "3", "[8, "]),
     "error_ring_zero": (["run", "--ring", "0"], ["--ring", "0", "[1, 65536]"]),
     "error_flush_min_above_r_minus_t": (["run", "--mode", "replay", "--ring", "8", "--flush-min", "5"],
@@ -146,7 +146,7 @@ def error_cuda_unavailable():
 
 
 # ---------------------------------------------------------------------------------------------------
-# drift (SPEC 13)
+# drift (docs/low_precision.md)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -279,7 +279,7 @@ def check_case(mode, exec_kind, extra=(), comparison="bitwise"):
 
 @case
 def check_trees():
-    # SPEC 12: top-3 trees of T = 6 tokens, a random path accepted, checked bitwise against the two-phase
+    # docs/trees.md: top-3 trees of T = 6 tokens, a random path accepted, checked bitwise against the two-phase
     # eager reference (which verifies the same trees) in fused-accept graphs.
     check_case("fused-accept", "graph", ["--tree", "3", "--draft", "5"])
 
@@ -334,7 +334,7 @@ def check_replay_graph():
 
 @case
 def check_replay_bf16_state():
-    # SPEC 13: replay rounds a bf16 state at its flushes only, the reference at every post-state: close,
+    # docs/low_precision.md: replay rounds a bf16 state at its flushes only, the reference at every post-state: close,
     # not bitwise.
     check_case("replay", "graph", ["--state-dtype", "bf16"], comparison="relative error <= 0.01")
 
@@ -371,7 +371,7 @@ def graph_memory_is_reported_per_bucket_and_per_graph():
 
 
 def ring_bytes(L, H, HV, K, V, R, io_bytes):
-    """SPEC 3: per layer, R records of k [H, K] and the raw gate [HV, K] in the io dtype and u [HV, V] in
+    """docs/modes.md: per layer, R records of k [H, K] and the raw gate [HV, K] in the io dtype and u [HV, V] in
     fp32, each of the two rows rounded up to 16 bytes."""
     def row(n):
         return (n + 15) // 16 * 16
@@ -380,7 +380,7 @@ def ring_bytes(L, H, HV, K, V, R, io_bytes):
 
 @case
 def replay_reports_its_traffic_and_memory():
-    """Per mode, the state traffic and memory per slot the summary and the JSON give are SPEC 3's: replay
+    """Per mode, the state traffic and memory per slot the summary and the JSON give are docs/modes.md's: replay
     keeps a checkpoint and a ring of R = 3 T records (the default) instead of S scratch states."""
     L, H, HV, K, T, S = 2, 2, 4, 64, 4, 4  # the tiny preset, --draft 3: S = T
     state = HV * K * K * 4
@@ -407,7 +407,7 @@ def replay_reports_its_traffic_and_memory():
 @case
 def bytes_moved_are_counted_by_the_kernels():
     """`run` counts the bytes of states and ring records its kernels move (Verifier::bytes_moved). With a
-    fixed batch and no retirement, two-phase and fused-accept move exactly SPEC 7's state transfers;
+    fixed batch and no retirement, two-phase and fused-accept move exactly docs/shapes.md's state transfers;
     replay moves fewer bytes than fused-accept, and keeps fewer per slot, at the same shape."""
     L, HV, K, T, n = 2, 4, 64, 4, 3  # the tiny preset, --draft 3
     state = HV * K * K * 4
@@ -423,7 +423,7 @@ def bytes_moved_are_counted_by_the_kernels():
             raise Failure(f"{mode}: the JSON does not say what it counts: {d.get('bytes_moved_counts')}")
     for mode, transfers in (("two-phase", 1 + T + 2), ("fused-accept", 1 + T)):
         if moved[mode] != state * transfers * L * n:
-            raise Failure(f"{mode}: the kernels counted {moved[mode]} bytes a round, SPEC 7 says "
+            raise Failure(f"{mode}: the kernels counted {moved[mode]} bytes a round, docs/shapes.md says "
                           f"{state * transfers * L * n}")
     if not moved["replay"] < moved["fused-accept"]:
         raise Failure(f"replay moved {moved['replay']} bytes a round, fused-accept {moved['fused-accept']}")
@@ -463,7 +463,7 @@ def check_replay_ring_sizes():
 
 @case
 def preset_kimi_k3_tp8():
-    """SPEC 7's reference shape: 69 KDA layers, HV = H = 12 heads of K = V = 128 at TP 8, the conv over
+    """docs/shapes.md's reference shape: 69 KDA layers, HV = H = 12 heads of K = V = 128 at TP 8, the conv over
     C = 2 H K + HV V, T = 8 unless --draft says otherwise; checked against the CPU reference."""
     import csv
     L, H, K, T = 69, 12, 128, 8
@@ -498,7 +498,7 @@ def preset_kimi_k3_tp8():
 
 @case
 def conv_on_by_default_and_off_with_no_conv():
-    """SPEC 9: the short convolution runs by default (W = 4, SiLU, no bias, C = 2 H K + HV V), --no-conv
+    """docs/conv.md: the short convolution runs by default (W = 4, SiLU, no bias, C = 2 H K + HV V), --no-conv
     runs the recurrent part alone; the text and JSON summaries say which, with the conv state's size."""
     L, H, HV, K, T, S = 2, 2, 4, 64, 4, 4  # the tiny preset, --draft 3
     C = 2 * H * K + HV * K
@@ -546,7 +546,7 @@ def conv_fused_by_default_and_unfused_on_request():
 
 @case
 def pdl_on_by_default_and_off_with_no_pdl():
-    """SPEC 5: programmatic dependent launch is on by default, --no-pdl turns it off; the summaries say
+    """docs/graphs.md: programmatic dependent launch is on by default, --no-pdl turns it off; the summaries say
     which, and a checked run agrees with the reference either way."""
     d = json.loads(expect_ok(["run", "--backend", "cpu", "--rounds", "2", "--json"]).stdout)
     if d.get("pdl") is not True:
@@ -690,8 +690,8 @@ def bench_outputs():
         L, HV, K, V, T, n = (int(r[k]) for k in ("layers", "value_heads", "head_k", "head_v", "tokens", "batch"))
         transfers = {"two-phase": 1 + T + 2, "fused-accept": 1 + T, "replay": 2}[r["mode"]]
         if int(r["state_bytes_per_round"]) != HV * V * K * 4 * transfers * L * n:
-            raise Failure(f"state bytes per round of {r} are not SPEC 7's")
-        # Replay's default ring (SPEC 3): R = 3 T, flush_min = T + 1, or R - T where that is less.
+            raise Failure(f"state bytes per round of {r} are not docs/shapes.md's")
+        # Replay's default ring (docs/modes.md): R = 3 T, flush_min = T + 1, or R - T where that is less.
         ring = (str(3 * T), str(min(T + 1, 2 * T))) if r["mode"] == "replay" else ("", "")
         if (r["ring_records"], r["ring_flush_min"]) != ring:
             raise Failure(f"the ring columns of {r}, expected {ring}")
