@@ -18,7 +18,7 @@
 namespace kdagraph::detail {
 
 // [TAG_PDL] On the CPU backend every operation has run when it returns. In the SIMT test build
-// (tests/simt/) the CPU backend runs the CUDA kernels on the executor, which models programmatic
+// (simt/) the CPU backend runs the CUDA kernels on the executor, which models programmatic
 // dependent launch (docs/graphs.md) by holding a kernel at its grid_dependency_wait until the next kernel has run
 // up to its own. There an operation completes its kernels before it returns, except inside cpu_round:
 // the enqueues of one round (an eager round, a CPU graph's replay) overlap as a GPU may run them, and
@@ -54,7 +54,7 @@ void enqueue(const Stream& s, const typename Op::Params& p, bool pdl) {
   switch (s.backend) {
     case Backend::cpu:
 #if defined(KDAGRAPH_SIMT)
-      // The SIMT test build (tests/simt/): the CPU backend runs the CUDA kernel's own source on the
+      // The SIMT test build (simt/): the CPU backend runs the CUDA kernel's own source on the
       // executor, so every CPU test of the library exercises the kernels.
       cpu_submit([p, pdl] {
         const cudaError_t err = Op::cuda(p, Launch{nullptr, pdl});

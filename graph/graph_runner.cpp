@@ -11,10 +11,10 @@
 #include "graph/capture.h"
 #include "graph/cpu_capture.h"
 #include "graph/dispatch.h"
+#include "graph/nvtx.h"
 #include "graph/validate.h"
 #include "kernels/memory.h"
 #include "kernels/stream.h"
-#include "profiling/nvtx.h"
 
 namespace kdagraph {
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "graph/dispatch.h"
+#include "graph/nvtx.h"
 #include "graph/ops_params.h"
 #include "graph/validate.h"
 #include "kernels/accept.h"
@@ -14,19 +15,8 @@
 #include "kernels/indices.h"
 #include "kernels/state_copy.h"
 #include "kernels/verify.h"
-#include "profiling/nvtx.h"
 
 namespace kdagraph {
-
-StateView state_view(void* base, DType dtype, int32_t layers, int64_t layer_stride, int64_t rows,
-                     int64_t row_stride) {
-  return StateView{dtype, layers, rows, row_stride, base, layer_stride, nullptr};
-}
-
-StateView state_view_table(void* const* layer_table, DType dtype, int32_t layers, int64_t rows,
-                           int64_t row_stride) {
-  return StateView{dtype, layers, rows, row_stride, nullptr, 0, layer_table};
-}
 
 int64_t round_index_elems(int32_t rows, int32_t tokens) {
   require_in_range("round_index_elems", "rows", rows, 0, INT32_MAX);

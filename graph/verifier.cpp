@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "graph/dispatch.h"
+#include "graph/nvtx.h"
 #include "graph/validate.h"
 #include "kernels/layout.h"
 #include "kernels/memory.h"
 #include "kernels/stream.h"
-#include "profiling/nvtx.h"
 
 namespace kdagraph {
 

@@ -124,7 +124,7 @@ void compact_ring_cpu(const RingCompactParams& p, DType io_dtype);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 
 #include "kernels/launch.h"

@@ -35,8 +35,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kdagraph/buffers.hpp"
 #include "kdagraph/error.hpp"
-#include "kdagraph/ops.hpp"
 #include "kernels/device_error.h"
 #include "kernels/kda_math.h"
 #include "kernels/layout.h"
@@ -469,7 +469,7 @@ void conv_window_cpu(const ConvWindowParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 
 #include "kernels/launch.h"

@@ -14,7 +14,7 @@ namespace kdagraph::detail {
 
 namespace kdagraph::detail {
 // A kernel launcher's failure `err`: throws naming the kernel, the shape it was launched for and the
-// error. Called only on failure, so the shape is built only then. (The SIMT test build, tests/simt/, has
+// error. Called only on failure, so the shape is built only then. (The SIMT test build, simt/, has
 // its own: the executor's message in place of the CUDA error.)
 [[noreturn]] void throw_launch_failure(cudaError_t err, const char* kernel, const std::string& shape);
 }  // namespace kdagraph::detail
@@ -23,7 +23,7 @@ namespace kdagraph::detail {
 #if defined(KDAGRAPH_SIMT)
 namespace kdagraph::detail {
 // Completes the kernel the SIMT executor holds for programmatic dependent launch, if any; throws naming
-// what failed (tests/simt/check_launch.cpp; graph/dispatch.h says when).
+// what failed (simt/check_launch.cpp; graph/dispatch.h says when).
 void complete_simt_kernels();
 }  // namespace kdagraph::detail
 #endif

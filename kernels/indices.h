@@ -156,7 +156,7 @@ void build_slot_indices_cpu(const SlotIndexParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 
 #include "kernels/launch.h"

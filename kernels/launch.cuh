@@ -1,8 +1,9 @@
 // [TAG_LAUNCH_SEAM] The one way the library launches a kernel, and the one way a kernel declares shared
 // memory. Every launcher calls launch_kernel (launch_kernel_shared with dynamic shared memory) instead of
 // writing <<<>>> itself, and every kernel takes its shared memory from shared_object (dynamic_shared)
-// instead of declaring a __shared__ variable, so a test build can run
-// the very same kernel source on the CPU (the SIMT executor under tests/simt/ provides both there).
+// instead of declaring a __shared__ variable, so a test build can run the very same kernel source on
+// the CPU: the SIMT executor (simt/) provides both there, and its build names its launch header in
+// KDAGRAPH_SIMT_LAUNCH_HEADER, so the library names nothing outside itself.
 // Kernel bodies stay free of #ifdefs.
 //
 // [TAG_PDL] Programmatic dependent launch (docs/graphs.md): the seam decides how a kernel is launched
@@ -15,7 +16,7 @@
 #include "kernels/launch.h"
 
 #if defined(KDAGRAPH_SIMT)
-#include "tests/simt/launch.h"
+#include KDAGRAPH_SIMT_LAUNCH_HEADER
 #else
 #include <cuda_runtime.h>
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kdagraph/buffers.hpp"
 #include "kdagraph/error.hpp"
-#include "kdagraph/ops.hpp"
 #include "kernels/layout.h"
 
 namespace kdagraph::detail {

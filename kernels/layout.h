@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kdagraph/ops.hpp"
+#include "kdagraph/buffers.hpp"
 #include "kernels/kda_math.h"
 
 namespace kdagraph {

@@ -91,7 +91,7 @@ void reset_accept_len_cpu(const StateCopyParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 
 #include "kernels/launch.h"

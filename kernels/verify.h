@@ -279,7 +279,7 @@ inline VerifyTiling verify_tiling(int64_t units, int32_t multiprocessors) {
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 
 #include "kernels/launch.h"

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "harness/synthetic.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/indices.h"
 #include "kernels/memory.h"
-#include "kernels/synthetic.h"
 #include "kernels/verify.h"
 
 namespace kdagraph {

@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
+#include "harness/synthetic.h"
 #include "kdagraph/error.hpp"
 #include "kernels/cuda_check.h"
 #include "kernels/indices.h"
 #include "kernels/memory.h"
 #include "kernels/stream.h"
-#include "kernels/synthetic.h"
 #include "kernels/verify.h"
 #include "kernels/verify_shapes.cuh"
 #include "profiling/cuda_timing.cuh"

@@ -52,6 +52,7 @@
 
 #include "graph/capture.h"
 #include "graph/ops_params.h"
+#include "harness/synthetic.h"
 #include "kdagraph/error.hpp"
 #include "kdagraph/verifier.hpp"
 #include "kernels/cuda_check.h"
@@ -59,7 +60,6 @@
 #include "kernels/launch.cuh"
 #include "kernels/memory.h"
 #include "kernels/stream.h"
-#include "kernels/synthetic.h"
 #include "kernels/verify.h"
 #include "profiling/cuda_timing.cuh"
 #include "profiling/verify_sweep.h"

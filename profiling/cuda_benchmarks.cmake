@@ -1,6 +1,6 @@
 # GPU benchmarks: plain programs (CUDA events, medians), so they build without Google Benchmark.
 add_executable(bench_verify_cuda bench_verify_cuda.cu)
-target_link_libraries(bench_verify_cuda PRIVATE kdagraph kdagraph_internal kdagraph_warnings)
+target_link_libraries(bench_verify_cuda PRIVATE kdagraph_harness kdagraph_internal kdagraph_warnings)
 # The verify kernel family's sweep (issue 31): every member of profiling/verify_variants.cuh, compiled in
 # four units side by side (profiling/verify_sweep_part.cu), each member checked bitwise against the
 # library's verify on the GPU before it is timed. ptxas reports a spill or local memory in a member,
@@ -14,4 +14,4 @@ foreach(part RANGE 3)
 endforeach()
 set_source_files_properties(${sweep_parts} PROPERTIES COMPILE_OPTIONS "-Xptxas=-warn-spills,-warn-lmem-usage")
 add_executable(bench_verify_sweep bench_verify_sweep.cu verify_sweep_report.cpp ${sweep_parts})
-target_link_libraries(bench_verify_sweep PRIVATE kdagraph kdagraph_internal kdagraph_warnings)
+target_link_libraries(bench_verify_sweep PRIVATE kdagraph_harness kdagraph_internal kdagraph_warnings)

@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "harness/synthetic.h"
 #include "kdagraph/error.hpp"
 #include "kernels/cuda_check.h"
 #include "kernels/memory.h"
 #include "kernels/stream.h"
-#include "kernels/synthetic.h"
 #include "profiling/launch_gate.h"
 
 namespace kdagraph::profiling {
@@ -35,7 +35,7 @@ __global__ void fill_hashed_kernel(void* out, DType dtype, int64_t elems, Synthe
 }  // namespace
 
 // `elems` values of `dtype` in [lo, hi) at device memory `out`, hashed per element and `salt`
-// (kernels/synthetic.h). Finished before it returns.
+// (harness/synthetic.h). Finished before it returns.
 inline void fill_hashed(void* out, int64_t elems, DType dtype, SyntheticField field, float lo, float hi,
                         uint32_t salt = 0) {
   fill_hashed_kernel<<<1024, 256>>>(out, dtype, elems, field, lo, hi, salt);

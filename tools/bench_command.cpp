@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kdagraph/host_engine.hpp"
+#include "harness/host_engine.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/stream.h"
 #include "profiling/launch_gate.h"

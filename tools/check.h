@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kdagraph/host_engine.hpp"
+#include "harness/host_engine.h"
 
 namespace kdagraph::cli {
 

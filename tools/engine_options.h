@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kdagraph/host_engine.hpp"
+#include "harness/host_engine.h"
 #include "tools/cli_args.h"
 
 namespace kdagraph::cli {

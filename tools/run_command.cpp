@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "kdagraph/host_engine.hpp"
+#include "harness/host_engine.h"
+#include "kernels/cpu_isa.h"
+#include "kernels/stream.h"
 #include "tools/check.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
-#include "kernels/cpu_isa.h"
-#include "kernels/stream.h"
 #include "tools/device.h"
 #include "tools/engine_options.h"
 #include "tools/json_writer.h"

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kdagraph/host_engine.hpp"
-#include "kernels/synthetic.h"
+#include "harness/host_engine.h"
+#include "harness/synthetic.h"
 #include "kernels/stream.h"
 #include "python/src/binding.h"
 
@@ -166,7 +166,7 @@ nb::tuple run_host_engine(const std::string& backend, int32_t layers, int32_t he
   return nb::make_tuple(outputs, batches, states);
 }
 
-// docs/trees.md: the host engine's drafter and sampler for one slot's round (kernels/synthetic.h).
+// docs/trees.md: the host engine's drafter and sampler for one slot's round (harness/synthetic.h).
 std::vector<int32_t> synthetic_tree_of(uint64_t seed, uint32_t round, int32_t slot, int32_t tokens, int32_t top_k) {
   require_in_range("synthetic_tree", "tokens", tokens, 1, kMaxSyntheticTree);
   require_in_range("synthetic_tree", "top_k", top_k, 1, kMaxSyntheticTree);

@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "kdagraph/host_engine.hpp"
+#include "harness/host_engine.h"
 
 namespace kdagraph::test {
 

@@ -1,7 +1,7 @@
 // Small configurations of the Verifier and the host engine for tests.
 #pragma once
 
-#include "kdagraph/host_engine.hpp"
+#include "harness/host_engine.h"
 #include "kdagraph/verifier.hpp"
 
 namespace kdagraph::test {

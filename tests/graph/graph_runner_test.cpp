@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "graph/dispatch.h"
+#include "harness/host_engine.h"
 #include "kdagraph/graph_runner.hpp"
-#include "kdagraph/host_engine.hpp"
 #include "tests/common/engines.h"
 #include "tests/common/graph_harness.h"
 #include "tests/common/runner.h"

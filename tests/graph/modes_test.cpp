@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kdagraph/host_engine.hpp"
+#include "harness/host_engine.h"
 #include "kdagraph/verifier.hpp"
 #include "tests/common/engines.h"
 #include "tests/common/host_inputs.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kdagraph/host_engine.hpp"
+#include "harness/host_engine.h"
 #include "kdagraph/ops.hpp"
 #include "kdagraph/verifier.hpp"
 #include "kernels/kda_math.h"

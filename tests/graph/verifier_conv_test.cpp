@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/host_engine.h"
 #include "kdagraph/graph_runner.hpp"
-#include "kdagraph/host_engine.hpp"
 #include "kdagraph/verifier.hpp"
 #include "tests/common/engines.h"
 #include "tests/common/storage.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/synthetic.h"
+#include "harness/synthetic.h"
 #include "tests/common/runner.h"
 #include "tests/common/verify_case.h"
 

@@ -1,4 +1,4 @@
-// Programmatic dependent launch on the SIMT executor (tests/simt/executor.h, [TAG_PDL]), on small kernels
+// Programmatic dependent launch on the SIMT executor (simt/executor.h, [TAG_PDL]), on small kernels
 // written here: a kernel held at its grid_dependency_wait lets the next one run up to its own wait first,
 // so a read above the wait sees memory before the previous kernel wrote it, plain loads and cp.async
 // alike; what completes a held kernel; each held block keeps its own shared memory; the device fills
@@ -14,7 +14,7 @@
 #include <cuda_pipeline.h>
 
 #include "kernels/launch.cuh"
-#include "tests/simt/executor.h"
+#include "simt/executor.h"
 
 namespace kdagraph::test {
 namespace {

@@ -1,4 +1,4 @@
-// The SIMT executor itself (tests/simt/executor.h), on small kernels written here: the built-in
+// The SIMT executor itself (simt/executor.h), on small kernels written here: the built-in
 // variables, the barrier, warp exchanges against CUDA's rules, shared memory poisoned per block, deferred
 // cp.async copies, the schedules, and every undefined case it must report instead of running. Each test
 // runs on both lane engines (fibers are not built under ThreadSanitizer: reported as skipped there).
@@ -15,7 +15,7 @@
 #include <cuda_pipeline.h>
 
 #include "kernels/launch.cuh"
-#include "tests/simt/executor.h"
+#include "simt/executor.h"
 
 namespace kdagraph::test {
 namespace {

@@ -14,8 +14,8 @@
 
 #include "kernels/launch.cuh"
 #include "kernels/verify.h"
+#include "simt/executor.h"
 #include "tests/common/verify_case.h"
-#include "tests/simt/executor.h"
 
 namespace kdagraph::test {
 

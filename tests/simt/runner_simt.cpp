@@ -2,8 +2,8 @@
 // the executor (in this build the CPU backend runs the kernels: graph/dispatch.h). Sweeps run their
 // executor subset (whole rounds halved under AddressSanitizer), and a smaller one where lanes are OS
 // threads (ThreadSanitizer).
+#include "simt/executor.h"
 #include "tests/common/runner.h"
-#include "tests/simt/executor.h"
 
 namespace kdagraph::test {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "kernels/verify.h"
+#include "simt/executor.h"
 #include "tests/common/verify_case.h"
-#include "tests/simt/executor.h"
 
 namespace kdagraph::test {
 

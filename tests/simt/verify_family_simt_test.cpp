@@ -28,12 +28,12 @@
 #include "kernels/verify_kernel.cuh"
 #include "kernels/verify_shapes.cuh"
 #include "profiling/verify_variants.cuh"
+#include "simt/executor.h"
 #include "tests/common/caller_storage.h"
 #include "tests/common/conv_rounds.h"
 #include "tests/common/engines.h"
 #include "tests/common/reference.h"
 #include "tests/common/verify_case.h"
-#include "tests/simt/executor.h"
 #include "tests/simt/simt_case.h"
 
 namespace kdagraph::test {

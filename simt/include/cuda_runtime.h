@@ -1,3 +1,3 @@
 // Stands in for the toolkit's cuda_runtime.h in code compiled for the SIMT executor.
 #pragma once
-#include "tests/simt/device.h"
+#include "simt/device.h"

@@ -1,4 +1,4 @@
-// The SIMT executor's schedules (Schedule in tests/simt/executor.h): which fiber of a block runs next,
+// The SIMT executor's schedules (Schedule in simt/executor.h): which fiber of a block runs next,
 // and in which order the blocks of a grid run.
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "tests/simt/executor.h"
+#include "simt/executor.h"
 
 namespace kdagraph::simt::detail {
 

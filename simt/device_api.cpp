@@ -1,12 +1,12 @@
-// The device-side operations of the SIMT executor (tests/simt/executor.h, called through
-// tests/simt/device.h and tests/simt/launch.h): the block barrier, the warp exchange, cp.async, the
+// The device-side operations of the SIMT executor (simt/executor.h, called through
+// simt/device.h and simt/launch.h): the block barrier, the warp exchange, cp.async, the
 // global-memory checks and programmatic dependent launch's wait and trigger.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 
-#include "tests/simt/block.h"
-#include "tests/simt/shared_memory.h"
+#include "simt/block.h"
+#include "simt/shared_memory.h"
 
 namespace kdagraph::simt {
 

@@ -4,7 +4,7 @@
 // A launch runs its blocks one after another. Each block's threads are lanes: fibers on the calling
 // thread (fast, and scheduled adversarially: see Schedule), or real OS threads (what ThreadSanitizer
 // needs to see concurrency; the only engine of a TSan build). The device-side API the kernels call
-// (tests/simt/device.h) lands in the functions below: __syncthreads is a block barrier, every warp
+// (simt/device.h) lands in the functions below: __syncthreads is a block barrier, every warp
 // intrinsic an exchange that each lane named in the mask must reach, __pipeline_memcpy_async reads its
 // source when issued and lands in shared memory at the __pipeline_wait_prior that covers it, and shared
 // memory (kdagraph::shared_object) is each block's own, poisoned (0xff bytes: NaN in f32 and bf16, -1 in
@@ -67,7 +67,7 @@ struct Options {
 };
 
 // What the following launches use. Default: fibers with Schedule::rotate; threads where fibers are
-// not built (ThreadSanitizer builds, or no fiber implementation: tests/simt/fiber.h) or where the
+// not built (ThreadSanitizer builds, or no fiber implementation: simt/fiber.h) or where the
 // environment says KDAGRAPH_SIMT_LANES=threads.
 Options options();
 void set_options(const Options& o);
@@ -126,7 +126,7 @@ unsigned char* shared_arena();
 unsigned char* dynamic_shared_arena();
 inline constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;
 
-// The device-side operations behind tests/simt/device.h. `file` and `line` are the call site.
+// The device-side operations behind simt/device.h. `file` and `line` are the call site.
 void syncthreads(const char* file, int line);
 uint64_t shfl_xor(uint32_t mask, uint64_t bits, int lane_mask, int width, const char* file, int line);
 void pipeline_memcpy_async(void* dst, const void* src, size_t bytes, size_t zfill, const char* file, int line);

@@ -1,6 +1,6 @@
 // The host engine of docs/cli.md. Host decisions (who joins, retires, is batched) come from a std RNG seeded
-// with the config's seed; every number the device sees comes from kernels/synthetic.h.
-#include "kdagraph/host_engine.hpp"
+// with the config's seed; every number the device sees comes from harness/synthetic.h.
+#include "harness/host_engine.h"
 
 #include <algorithm>
 #include <random>
@@ -8,8 +8,8 @@
 
 #include "graph/dispatch.h"
 #include "graph/validate.h"
+#include "harness/synthetic.h"
 #include "kernels/memory.h"
-#include "kernels/synthetic.h"
 
 namespace kdagraph {
 

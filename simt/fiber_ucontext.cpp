@@ -1,4 +1,4 @@
-// tests/simt/fiber.h on glibc's makecontext and swapcontext: the build's choice where Boost.Context is not
+// simt/fiber.h on glibc's makecontext and swapcontext: the build's choice where Boost.Context is not
 // installed, so the simt tests need no package beyond the C library. Each switch also saves and restores
 // the signal mask (a system call), which Boost.Context skips; the tests run slower, not differently.
 #include <ucontext.h>
@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "tests/simt/fiber.h"
-#include "tests/simt/fiber_asan.h"
+#include "simt/fiber.h"
+#include "simt/fiber_asan.h"
 
 namespace kdagraph::simt::detail {
 

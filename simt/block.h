@@ -1,4 +1,4 @@
-// The SIMT executor's insides (tests/simt/executor.h is its interface): a grid, a block of lanes with its
+// The SIMT executor's insides (simt/executor.h is its interface): a grid, a block of lanes with its
 // warps and barrier, how a lane waits and is released, and how a failure unwinds it. Shared by the lane
 // engines (lanes.cpp), the device-side operations (device_api.cpp) and the launches (executor.cpp).
 //
@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "tests/simt/executor.h"
-#include "tests/simt/schedule.h"
-#include "tests/simt/shared_memory.h"
+#include "simt/executor.h"
+#include "simt/schedule.h"
+#include "simt/shared_memory.h"
 
 #if defined(KDAGRAPH_SIMT_FIBERS)
-#include "tests/simt/fiber.h"
+#include "simt/fiber.h"
 #endif
 
 namespace kdagraph::simt::detail {

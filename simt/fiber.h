@@ -1,6 +1,6 @@
 // A fiber lane of the SIMT executor: a context with a stack of its own, switched to and from the
 // scheduler on the launching thread. One interface, two implementations chosen at configure time
-// (tests/simt/CMakeLists.txt): Boost.Context where it is installed (fiber_boost.cpp), else glibc's
+// (simt/CMakeLists.txt): Boost.Context where it is installed (fiber_boost.cpp), else glibc's
 // makecontext and swapcontext (fiber_ucontext.cpp), which need no package. Both tell AddressSanitizer
 // about every switch, so it follows the stacks.
 #pragma once

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "tests/simt/device.h"
+#include "simt/device.h"
 
 inline void __pipeline_memcpy_async(void* dst_shared, const void* src_global, size_t size_and_align,
                                     size_t zfill = 0, const char* file = __builtin_FILE(),

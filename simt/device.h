@@ -1,6 +1,6 @@
 // What a CUDA kernel sees under the SIMT executor: the execution-space keywords, the built-in index
-// variables, and the intrinsics the kernels use, all landing in tests/simt/executor.h. Include it
-// before any toolkit header (tests/simt/include/cuda_runtime.h and cuda_pipeline.h do), so that the
+// variables, and the intrinsics the kernels use, all landing in simt/executor.h. Include it
+// before any toolkit header (simt/include/cuda_runtime.h and cuda_pipeline.h do), so that the
 // toolkit's crt/host_defines.h keeps these definitions.
 #pragma once
 
@@ -18,7 +18,7 @@
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
-// Shared memory comes from kdagraph::shared_object (kernels/launch.cuh, tests/simt/launch.h), which the
+// Shared memory comes from kdagraph::shared_object (kernels/launch.cuh, simt/launch.h), which the
 // executor can poison per block; a __shared__ variable of a kernel's own would keep the previous block's
 // data, so it does not compile here.
 #undef __shared__
@@ -31,7 +31,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "tests/simt/executor.h"
+#include "simt/executor.h"
 
 // The built-in variables, per thread (per fiber: the executor sets them at every switch).
 extern thread_local uint3 threadIdx;

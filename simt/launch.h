@@ -1,7 +1,7 @@
 // [TAG_LAUNCH_SEAM] kdagraph::launch_kernel under KDAGRAPH_SIMT (kernels/launch.cuh includes this file
 // instead of writing <<<>>>): the launch runs on the SIMT executor; the stream is not used, since the
 // executor keeps one order for the launching thread. A launch with `pdl` may be held at its
-// grid_dependency_wait until the next one arrives (tests/simt/executor.h, [TAG_PDL]). shared_object and
+// grid_dependency_wait until the next one arrives (simt/executor.h, [TAG_PDL]). shared_object and
 // dynamic_shared hand out the running block's shared memory.
 #pragma once
 
@@ -10,8 +10,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "tests/simt/device.h"
-#include "tests/simt/executor.h"
+#include "simt/device.h"
+#include "simt/executor.h"
 
 namespace kdagraph {
 

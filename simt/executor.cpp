@@ -1,7 +1,7 @@
-// The SIMT executor's launches (tests/simt/executor.h): the options, the launch counters, a grid's
-// blocks one after another, each run by a lane engine (tests/simt/lanes.cpp), and the grid held at its
+// The SIMT executor's launches (simt/executor.h): the options, the launch counters, a grid's
+// blocks one after another, each run by a lane engine (simt/lanes.cpp), and the grid held at its
 // grid_dependency_wait for programmatic dependent launch [TAG_PDL].
-#include "tests/simt/executor.h"
+#include "simt/executor.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/simt/block.h"
+#include "simt/block.h"
 
 namespace kdagraph::simt {
 namespace {

@@ -272,7 +272,7 @@ void synthetic_tree_cpu(const SyntheticTreeParams& p);
 
 }  // namespace kdagraph
 
-#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: tests/simt/ runs the launchers on the CPU
+#if defined(KDAGRAPH_WITH_CUDA) || defined(KDAGRAPH_SIMT)  // SIMT: simt/ runs the launchers on the CPU
 #include <cuda_runtime_api.h>
 
 #include "kernels/launch.h"

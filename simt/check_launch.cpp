@@ -5,7 +5,7 @@
 #include "kdagraph/error.hpp"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.h"
-#include "tests/simt/executor.h"
+#include "simt/executor.h"
 
 namespace kdagraph::detail {
 

@@ -1,5 +1,5 @@
-// Shared memory of the SIMT executor: see tests/simt/shared_memory.h.
-#include "tests/simt/shared_memory.h"
+// Shared memory of the SIMT executor: see simt/shared_memory.h.
+#include "simt/shared_memory.h"
 
 #include <sys/mman.h>
 
@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "tests/simt/block.h"
+#include "simt/block.h"
 
 namespace kdagraph::simt {
 namespace {

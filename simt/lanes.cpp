@@ -1,4 +1,4 @@
-// The lanes of a SIMT executor block (tests/simt/block.h): how one waits, is released and fails, and the
+// The lanes of a SIMT executor block (simt/block.h): how one waits, is released and fails, and the
 // two engines that run them: fibers on the launching thread, switched by a scheduler that follows the
 // launch's Schedule (and able to hold a block at grid_dependency_wait), or one OS thread per lane.
 #include <sys/mman.h>
@@ -13,8 +13,8 @@
 #include <thread>
 #include <utility>
 
-#include "tests/simt/block.h"
-#include "tests/simt/fiber_asan.h"
+#include "simt/block.h"
+#include "simt/fiber_asan.h"
 
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;

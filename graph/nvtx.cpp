@@ -1,4 +1,4 @@
-#include "profiling/nvtx.h"
+#include "graph/nvtx.h"
 
 #if defined(KDAGRAPH_WITH_NVTX)
 #include <nvtx3/nvToolsExt.h>

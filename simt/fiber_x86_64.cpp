@@ -1,4 +1,4 @@
-// tests/simt/fiber.h on x86-64 without Boost.Context: a context switch of our own that saves what the
+// simt/fiber.h on x86-64 without Boost.Context: a context switch of our own that saves what the
 // System V ABI has a callee keep (rbx, rbp, r12-r15, the SSE and x87 control words) on the stack it leaves
 // and restores them from the stack it enters; no system call. (glibc's swapcontext, fiber_ucontext.cpp,
 // also saves the signal mask with a system call per switch, which made the simt tests eight times
@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "tests/simt/fiber.h"
-#include "tests/simt/fiber_asan.h"
+#include "simt/fiber.h"
+#include "simt/fiber_asan.h"
 
 extern "C" {
 // Saves the running context on its stack, stores that stack pointer in *save_sp, and continues the

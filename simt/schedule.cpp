@@ -1,5 +1,5 @@
-// The SIMT executor's schedules: see tests/simt/schedule.h.
-#include "tests/simt/schedule.h"
+// The SIMT executor's schedules: see simt/schedule.h.
+#include "simt/schedule.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "kernels/synthetic.h"
+#include "harness/synthetic.h"
 
 #include "kernels/launch.cuh"
 

@@ -1,8 +1,8 @@
-// tests/simt/fiber.h on Boost.Context (the build's choice where Boost.Context is installed).
+// simt/fiber.h on Boost.Context (the build's choice where Boost.Context is installed).
 #include <boost/context/fiber.hpp>
 
-#include "tests/simt/fiber.h"
-#include "tests/simt/fiber_asan.h"
+#include "simt/fiber.h"
+#include "simt/fiber_asan.h"
 
 namespace kdagraph::simt::detail {
 namespace {
