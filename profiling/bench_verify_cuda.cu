@@ -28,6 +28,7 @@
 
 #include "harness/synthetic.h"
 #include "kdagraph/error.hpp"
+#include "kdagraph/ops.hpp"
 #include "kernels/cuda_check.h"
 #include "kernels/indices.h"
 #include "kernels/memory.h"
