@@ -380,13 +380,11 @@ stage_bench_verify() {
 
 # Issue 31: every member of the verify kernel family beside the library's verify (profiling/
 # bench_verify_sweep.cu), each checked bitwise against the library before it is timed (a member that
-# differs fails the stage); its tables go to the summary, the CSV back.
+# differs fails the stage); the CSV and the console come back, the tables are sweep_report's.
 stage_verify_sweep() {
-  x "$BUILD/profiling/bench_verify_sweep" --csv "$WORK/verify_sweep.csv" --md "$WORK/verify_sweep.md" |
-    tee "$WORK/verify_sweep.txt"
+  x "$BUILD/profiling/bench_verify_sweep" --csv "$WORK/verify_sweep.csv" | tee "$WORK/verify_sweep.txt"
   local rc=$?
-  [[ -f "$WORK/verify_sweep.md" ]] && section <"$WORK/verify_sweep.md"
-  note "$(tail -n 1 "$WORK/verify_sweep.md" 2>/dev/null)"
+  note "$(tail -n 1 "$WORK/verify_sweep.txt" 2>/dev/null)"
   return "$rc"
 }
 
@@ -454,8 +452,9 @@ stage_fla_peer() {
   return "$rc"
 }
 
-# Issue 31's aims, judged on this run: the sweep's library and fastest member beside FLA (fla_peer), and
-# the sweep's own ratios (profiling/sweep_report.py). Reads the two stages' CSVs.
+# The sweep's report, its only one (profiling/sweep_report.py): the sweep's tables, and issue 31's aims
+# judged on this run (the sweep's library and fastest member beside FLA's, fla_peer, and the sweep's own
+# ratios). Reads the two stages' CSVs; sweep_report.md is the stage's section of the summary.
 stage_sweep_report() {
   x "$PYTHON" "$ROOT/profiling/sweep_report.py" --sweep "$WORK/verify_sweep.csv" --fla "$WORK/fla_peer.csv" \
     --md "$WORK/sweep_report.md"

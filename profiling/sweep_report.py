@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
-"""Issue 31's aims, judged on one GPU check's run: the verify sweep (bench_verify_sweep --csv) beside
-flash-linear-attention's Triton verify (fla_peer.py --csv) on the same shapes.
+"""The verify sweep's report: its tables, and issue 31's aims judged on one GPU check's run, from the
+sweep's CSV (bench_verify_sweep --csv) beside flash-linear-attention's Triton verify (fla_peer.py --csv)
+on the same shapes. The sweep's only report: bench_verify_sweep measures and writes the CSV.
+
+The tables (what the sweep measured, each shape's library and fastest member): chains with the library
+against the fastest member and two tiles' time split into prologue and state stores (the -prologue
+probe; the full member less its -nostores probe); each chain member against the library by batch
+(geometric mean of library / member over the chain grid); the modes; the conv fused in against two
+launches; trees against chains; and L = 20 rounds at batch 1, a layer split into the floor (launches
+that only wait and trigger), the 16-row tile's prologue less the floor, and the rest.
 
     sweep_report.py --sweep verify_sweep.csv [--fla fla_peer.csv] [--md FILE] [--dry-run]
 
-Per shape of the fp32-state chain grid (fused accept): the library's verify and the sweep's fastest
+The aims. Per shape of the fp32-state chain grid (fused accept): the library's verify and the sweep's fastest
 member (one that computes the verify: a member with the library's formula only if it gave the library's
 bits), each against FLA. Two harnesses time the library: the sweep (CUDA events around one launch,
 bench_verify_sweep.cu) and fla_peer (CUDA-graph replays from Python, beside FLA's own); the speedup
@@ -36,6 +44,8 @@ AIM_ROUND_US = {2: 120.0, 4: 150.0}  # L = 20 fused-accept round at batch 1, by 
 NOT_MEASURED = "no rows for it in the sweep's CSV (stopped at its cap?)"
 NO_FLA_ROWS = "no row in fla_peer.csv for the sweep's shapes (stopped at its cap?)"
 END_SECTION = "end"  # the CSV's last row, written once every shape has run (SweepCsv::finish)
+ROUND_LAYERS = 20    # the layers of a round shape (kSweepRoundLayers, profiling/verify_sweep.h)
+NARROW, WIDE = "rows16-lanes32-R4-w4-b4", "rows64-lanes16-R4-w8-b2"  # the chains' split tiles
 
 
 def read(path):
@@ -80,8 +90,100 @@ def member(rows, name):
     return next((r for r in rows if r["member"] == name), None)
 
 
+def us(row):
+    return float(row["us"])
+
+
+def copy_pct(row):
+    return f"{100 * float(row['fraction_of_copy']):.0f}%"
+
+
+def tables(sweep):
+    """The sweep's own tables: what it measured, shape by shape."""
+    measured = [r for r in sweep if r["section"] != END_SECTION]
+    copy = next((float(r["copy_gbps"]) for r in measured if r["copy_gbps"]), 0.0)
+    lines = [f"## The verify sweep: cudaMemcpy D2D (read + write) {copy:.0f} GB/s; cold medians (us)", "",
+             "K = V = 128, H = HV, bf16 io, gate, beta logit and L2 norm in the kernel. `fastest`: the fastest kernel "
+             "that computes the verify (no probe; a member with the library's formula only if it gave the library's "
+             "bits).", "",
+             "### Chains, fused accept: the library and the fastest member", "",
+             "| HV | T | batch | state | library us | % copy | fastest | us | % copy | library / fastest | "
+             "narrow prologue us | narrow stores us | wide prologue us | wide stores us |",
+             "|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (hv, t, b, _, state), rows in by_shape(sweep, "chain").items():
+        lib, best = member(rows, "library"), fastest(rows)
+        if lib is None or best is None:
+            continue
+
+        # Prologue: the prologue probe's time; stores: the full member's time less the no-stores probe's.
+        def split(base, stores):
+            full, probe = member(rows, base), member(rows, base + ("-nostores" if stores else "-prologue"))
+            if full is None or probe is None:
+                return "-"
+            return f"{us(full) - us(probe) if stores else us(probe):.1f}"
+        lines.append(f"| {hv} | {t} | {b} | {state} | {us(lib):.1f} | {copy_pct(lib)} | {best['member']} | {us(best):.1f} | "
+                     f"{copy_pct(best)} | {us(lib) / us(best):.2f} | {split(NARROW, False)} | {split(NARROW, True)} | "
+                     f"{split(WIDE, False)} | {split(WIDE, True)} |")
+
+    lines += ["", "### Each member against the library over the chain grid (geometric mean of library / member)", "",
+              "| member | batch 1 | batch 8 | batch 32 | batch 128 | all | check |", "|---|---:|---:|---:|---:|---:|---|"]
+    by_member = {}
+    for r in sweep:
+        if r["section"] != "chain" or r["member"] == "library":
+            continue
+        m = by_member.setdefault(r["member"], {"logs": {}, "differs": False})
+        m["differs"] |= r["check"].startswith("DIFFERS")
+        if float(r["library_us"]) > 0 and us(r) > 0:
+            m["logs"].setdefault(int(r["batch"]), []).append(math.log(float(r["library_us"]) / us(r)))
+    for name, m in by_member.items():
+        every = [x for logs in m["logs"].values() for x in logs]
+        if not every:
+            continue
+        cells = [f"{math.exp(sum(m['logs'][b]) / len(m['logs'][b])):.2f}" if b in m["logs"] else "-" for b in (1, 8, 32, 128)]
+        lines.append(f"| {name} | {' | '.join(cells)} | {math.exp(sum(every) / len(every)):.2f} | "
+                     f"{'DIFFERS on some shapes' if m['differs'] else 'ok'} |")
+
+    lines += ["", "### Modes (replay folds its slots' pending records first: R = 3 T, flushing at T + 1 pending, every "
+              "round (flush0) or only when full (lazy))", "",
+              "| HV | T | batch | state | mode | library us | % copy | fastest | us | fused-accept / replay, library |",
+              "|---:|---:|---:|---|---|---:|---:|---|---:|---:|"]
+    modes = by_shape(sweep, "modes")
+    for (hv, t, b, mode, state), rows in modes.items():
+        lib, best = member(rows, "library"), fastest(rows)
+        if lib is None or best is None:
+            continue
+        ratio = "-"
+        fused = member(modes.get((hv, t, b, "fused-accept", state), []), "library")
+        if mode.startswith("replay") and fused is not None:
+            ratio = f"{us(fused) / us(lib):.2f}"
+        lines.append(f"| {hv} | {t} | {b} | {state} | {mode} | {us(lib):.1f} | {copy_pct(lib)} | {best['member']} | "
+                     f"{us(best):.1f} | {ratio} |")
+
+    lines += ["", "### The short conv fused in (C = 6144, W 4): one kernel against two launches", "",
+              "| HV | T | batch | unfused us | library fused us | fused / unfused | fastest | us |",
+              "|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for (hv, t, b, _, _), rows in by_shape(sweep, "conv").items():
+        lib, unfused, best = member(rows, "library"), member(rows, "unfused"), fastest(rows)
+        if lib is None or unfused is None or best is None:
+            continue
+        lines.append(f"| {hv} | {t} | {b} | {us(unfused):.1f} | {us(lib):.1f} | {us(lib) / us(unfused):.2f} | "
+                     f"{best['member']} | {us(best):.1f} |")
+
+    lines += ["", "### Top-4 token trees against chains, the library's kernels", "",
+              "| HV | T | batch | chain us | tree us | tree / chain |", "|---:|---:|---:|---:|---:|---:|"]
+    for (hv, t, b, _, _), rows in by_shape(sweep, "tree").items():
+        tree, chain = member(rows, "library"), member(rows, "chain")
+        if tree is not None and chain is not None:
+            lines.append(f"| {hv} | {t} | {b} | {us(chain):.1f} | {us(tree):.1f} | {us(tree) / us(chain):.2f} |")
+
+    differs = sum(r["check"].startswith("DIFFERS") for r in measured)
+    lines += ["", f"{differs} member run(s) gave other bits than the library"
+              f"{': a bug, fix it before reading the times' if differs else ''}.", ""]
+    return lines
+
+
 def report(sweep, fla):
-    lines = ["## Issue 31's aims on this run", ""]
+    lines = tables(sweep) + ["## Issue 31's aims on this run", ""]
     aims, partial_aims = [], set()  # partial: judged on some of its shapes only
     chains = by_shape(sweep, "chain", state="f32")
     if fla is not None:
@@ -166,17 +268,33 @@ def report(sweep, fla):
             lib, best, unfused = member(rows, "library"), fastest(rows), member(rows, "unfused")
             if lib is None or best is None:
                 continue
+            lib_us, best_us = float(lib["us"]), float(best["us"])
+            floor_row = member(rows, "floor")
+            # The library's batch-1 tile (16 rows) cut before its token loop; the last such row, as the sweep ran it.
+            prologue = [r for r in rows if int(r["tile_rows"]) == 16 and r["member"].endswith("-prologue")]
+            prologue_row = prologue[-1] if prologue else None
+
+            def per_layer(r, minus=0.0):
+                return "-" if r is None else f"{(float(r['us']) - minus) / ROUND_LAYERS:.2f}"
+            floor_us = per_layer(floor_row)
+            prologue_us = per_layer(prologue_row, float(floor_row["us"])) if floor_row else "-"
+            rest_us = per_layer(lib, float(prologue_row["us"])) if prologue_row else "-"
             unfused_us = f"{float(unfused['us']):.1f}" if unfused else "-"
             aim = AIM_ROUND_US.get(t)
-            aim_cols = f"{aim:.0f} | {aim - float(best['us']):.0f}" if aim else "- | -"
-            rounds.append(f"| {conv} | {t} | {float(lib['us']):.1f} | {best['member']} | {float(best['us']):.1f} | "
-                          f"{unfused_us} | {aim_cols} |")
+            aim_cols = f"{aim:.0f} | {aim - best_us:.0f}" if aim else "- | -"
+            rounds.append(f"| {conv} | {t} | {lib_us:.1f} | {lib_us / ROUND_LAYERS:.2f} | {floor_us} | {prologue_us} | "
+                          f"{rest_us} | {best['member']} | {best_us:.1f} | {lib_us / best_us:.2f} | {unfused_us} | "
+                          f"{aim_cols} |")
     if rounds:
-        lines += ["The verify's part of an L = 20 round at batch 1, HV 16, fp32 state (the sweep's rounds: one kernel's "
-                  "20 launches in one graph with PDL, cold, us). The round's aim is round_bench's whole round; what the "
-                  "fastest kernel leaves of it is the time left for the index build, the drafter and the sampler.", "",
-                  "| conv | T | library | fastest | us | unfused (conv + verify) | round aim | left of it |",
-                  "|---|---:|---:|---|---:|---:|---:|---:|"] + rounds + [""]
+        lines += [f"The verify's part of an L = {ROUND_LAYERS} round at batch 1, HV 16, fp32 state (the sweep's rounds: "
+                  f"one kernel's {ROUND_LAYERS} launches in one graph with PDL, cold, us). A layer of the library's round "
+                  "split three ways (us a layer): the floor, launches of the library's grid whose blocks only wait and "
+                  "trigger; the prologue, the 16-row tile (the library's at batch 1) cut before its token loop, less the "
+                  "floor; the rest, the token loop and its stores. The round's aim is round_bench's whole round; what "
+                  "the fastest kernel leaves of it is the time left for the index build, the drafter and the sampler.", "",
+                  "| conv | T | library | us a layer | floor | prologue | rest | fastest | us | library / fastest | "
+                  "unfused (conv + verify) | round aim | left of it |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"] + rounds + [""]
     # bench_verify_sweep writes its last row (section "end") only when every shape has run.
     complete = any(r["section"] == END_SECTION for r in sweep)
     if not complete:

@@ -70,7 +70,7 @@ struct SweepShape {
 // the default ("replay-flush0", "replay-lazy").
 std::string mode_label(const SweepShape& s);
 
-// The shapes of a run, by section (profiling/verify_sweep_report.cpp).
+// The shapes of a run, by section (profiling/verify_sweep.cpp).
 struct SweepGrid {
   std::vector<SweepShape> chains, modes, convs, trees, rounds;
 };
@@ -121,8 +121,5 @@ class SweepCsv {
  private:
   std::FILE* file_;
 };
-
-// The run's tables as markdown (`device`: the GPU, in words).
-std::string sweep_markdown(const SweepResults& r, const SweepGrid& grid, const std::string& device);
 
 }  // namespace kdagraph::profiling

@@ -86,7 +86,7 @@ OptionTable bench_options(BenchOptions& o) {
   add_pdl_option(t, o.pdl);
   add_tree_option(t, o.tree);
   add_ring_options(t, o.ring);
-  t.value("csv", "FILE", "write the results as CSV (profiling/plot.py draws them)",
+  t.value("csv", "FILE", "write the results as CSV",
           [&o](const std::string&, const std::string& v) { o.csv = v; });
   t.value("md", "FILE", "also write the markdown table to FILE",
           [&o](const std::string&, const std::string& v) { o.md = v; });

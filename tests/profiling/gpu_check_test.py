@@ -101,7 +101,7 @@ def dry_run_checks_every_stage():
                    r"dry: ok +tests/graph_cuda_test --gtest_filter=\S+: [1-9]\d* tests",
                    r"dry: ok +tools/kdagraph run --backend cuda --check --tree .*--mode replay.*: arguments accepted",
                    r"dry: ok +\S+ -m pytest .*tests/python",
-                   r"dry: ok +profiling/bench_verify_sweep --csv \S+ --md \S+: arguments accepted",
+                   r"dry: ok +profiling/bench_verify_sweep --csv \S+: arguments accepted",
                    r"dry: ok +profiling/bench_verify_sweep --check: arguments accepted",
                    r"dry: ok +profiling/bench_verify_sweep --check --only persistent .*: arguments accepted",
                    r"dry: ok +profiling/bench_verify_sweep --check --shapes aims .*: arguments accepted",
@@ -126,7 +126,7 @@ MUTANTS = {
                                                  "memcheck"),
     "a_capture_option_it_lacks": ("--graph-memory-copies", "--graph-memory-copy", {}, "capture"),
     "a_python_test_folder_that_is_gone": ('"$ROOT/tests/python"', '"$ROOT/tests/pythn"', {}, "python_tests"),
-    "a_sweep_option_it_lacks": ('--md "$WORK/verify_sweep.md"', '--mdd "$WORK/verify_sweep.md"', {}, "verify_sweep"),
+    "a_sweep_option_it_lacks": ('--csv "$WORK/verify_sweep.csv"', '--cvs "$WORK/verify_sweep.csv"', {}, "verify_sweep"),
     # A family member renamed or dropped: the sanitizer's subset would otherwise run without it.
     "a_table_option_the_script_lacks": ('--md "$WORK/profile.md"', '--mdd "$WORK/profile.md"', {}, "profile"),
     "a_sanitized_member_no_longer_in_the_family": ("--only rows64-lanes16-R4-w8-b1", "--only rows64-lanes16-R4-w8-b9",

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""profiling/sweep_report.py on made-up sweep and fla_peer tables: each aim is judged from the rows it
-names, a member that gave other bits than the library is never the fastest, a run without FLA's table
+"""profiling/sweep_report.py on made-up sweep and fla_peer tables: the sweep's tables give each shape's
+library and fastest member, split a chain tile's time and a round's layer from their probes' rows, and
+average each member against the library by batch; each aim is judged from the rows it names, a member that gave other bits than the library is never the fastest, a run without FLA's table
 still reports the sweep's own aims, and one stopped part way says which aims it could not judge. Exit 0:
 passed, 1: failed."""
 import csv
@@ -24,10 +25,11 @@ def check(ok, what):
         failures.append(what)
 
 
-def row(section, member, us, check_="bitwise", mode="fused-accept", hv=32, t=4, b=32, fraction=0.5):
+def row(section, member, us, check_="bitwise", mode="fused-accept", hv=32, t=4, b=32, fraction=0.5, library_us=0,
+        tile_rows=16):
     return {"section": section, "mode": mode, "value_heads": hv, "tokens": t, "batch": b, "state": "f32", "member": member,
-            "tile_rows": 16, "us": us, "gbps": 0, "copy_gbps": 4000, "fraction_of_copy": fraction, "library_us": 0,
-            "speedup_vs_library": 0, "check": check_}
+            "tile_rows": tile_rows, "us": us, "gbps": 0, "copy_gbps": 4000, "fraction_of_copy": fraction,
+            "library_us": library_us, "speedup_vs_library": 0, "check": check_}
 
 
 def write(path, columns, rows):
@@ -57,12 +59,16 @@ def aim_line(text, start):
 
 sweep = [
     # batch 32: the library at 90% of copy, a faster member that gave other bits, a slower exact one.
-    row("chain", "library", 100.0, "library", fraction=0.90),
-    row("chain", "rows64-broken", 50.0, "DIFFERS (3 words)", fraction=1.8),
-    row("chain", "rows64-lanes16-R4-w8-b2", 80.0, fraction=1.1),
+    # The wide tile's probes: its prologue alone, and the tile without its state stores.
+    row("chain", "library", 100.0, "library", fraction=0.90, library_us=100.0),
+    row("chain", "rows64-broken", 50.0, "DIFFERS (3 words)", fraction=1.8, library_us=100.0),
+    row("chain", "rows64-lanes16-R4-w8-b2", 80.0, fraction=1.1, library_us=100.0),
+    row("chain", "rows64-lanes16-R4-w8-b2-prologue", 20.0, "probe", fraction=4.4, library_us=100.0, tile_rows=64),
+    row("chain", "rows64-lanes16-R4-w8-b2-nostores", 50.0, "probe", fraction=1.8, library_us=100.0, tile_rows=64),
     # batch 128: the library at 80% of copy.
     row("chain", "library", 400.0, "library", b=128, fraction=0.80),
-    row("chain", "rows16-lanes32-R4-w4-b4-post", 300.0, "err 1.0e-03", b=128, fraction=1.07),
+    row("chain", "rows16-lanes32-R4-w4-b4-post", 300.0, "err 1.0e-03", b=128, fraction=1.07, library_us=400.0),
+    row("chain", "rows64-lanes16-R4-w8-b2", 500.0, b=128, fraction=0.64, library_us=400.0),
     row("modes", "library", 100.0, "library", mode="fused-accept", b=64, hv=16),
     row("modes", "library", 50.0, "library", mode="replay", b=64, hv=16),
     # replay: a persistent member faster than the library, and one that differs faster still.
@@ -81,6 +87,7 @@ sweep = [
     row("round-conv", "rows16-broken", 50.0, "DIFFERS (9 words)", hv=16, t=2, b=1),
     row("round-conv", "unfused", 90.0, hv=16, t=2, b=1),
     row("round-conv", "floor", 40.0, "floor", hv=16, t=2, b=1),
+    row("round-conv", "rows64-lanes16-R4-w8-b1-prologue", 30.0, "probe", hv=16, t=2, b=1, tile_rows=64),
     row("round-conv", "rows16-lanes32-R4-w4-b3-prologue", 60.0, "probe", hv=16, t=2, b=1),
     row("round", "library", 160.0, "library", hv=16, t=4, b=1),
     row("round", "floor", 40.0, "floor", hv=16, t=4, b=1),
@@ -105,11 +112,27 @@ check("fastest member 0.80 (rows64-lanes16-R4-w8-b1)" in aim_line(text, "fused c
       "the fastest conv member against the two launches, not the unfused row itself:\n" + text)
 check("1.10" in aim_line(text, "top-4 tree") and aim_line(text, "top-4 tree").endswith("| met |"), "11 / 10 <= 1.2:\n" + text)
 check("3 of 5 aims missed" in text, "five aims, three missed:\n" + text)
-check("| fused | 2 | 170.0 | rows16-lanes16-R2-w4-b3 | 100.0 | 90.0 | 120 | 20 |" in text,
-      "the conv round: the fastest exact kernel (not the two launches, nor the member that differs, nor the "
-      "floor or a probe) leaves 20 of the 120 us aim:\n" + text)
-check("| none | 4 | 160.0 | library | 160.0 | - | 150 | -10 |" in text,
-      "the round without the conv: the library alone, over the aim by 10 us:\n" + text)
+# 170 / 20 = 8.5 a layer: the floor 40 / 20, the 16-row prologue (60 - 40) / 20 (not the 64-row one), the
+# rest (170 - 60) / 20.
+check("| fused | 2 | 170.0 | 8.50 | 2.00 | 1.00 | 5.50 | rows16-lanes16-R2-w4-b3 | 100.0 | 1.70 | 90.0 | 120 | 20 |"
+      in text, "the conv round: the layer split, and the fastest exact kernel (not the two launches, nor the member "
+      "that differs, nor the floor or a probe) leaves 20 of the 120 us aim:\n" + text)
+check("| none | 4 | 160.0 | 8.00 | 2.00 | - | - | library | 160.0 | 1.00 | - | 150 | -10 |" in text,
+      "the round without the conv: no prologue row, so no split past the floor; over the aim by 10 us:\n" + text)
+# The sweep's tables.
+check("cudaMemcpy D2D (read + write) 4000 GB/s" in text, "the copy bandwidth heads the tables:\n" + text)
+check("| 32 | 4 | 32 | f32 | 100.0 | 90% | rows64-lanes16-R4-w8-b2 | 80.0 | 110% | 1.25 | - | - | 20.0 | 30.0 |" in text,
+      "batch 32: 100 / 80 against the fastest exact member, the wide tile's prologue 20 and stores 80 - 50:\n" + text)
+check("| rows64-lanes16-R4-w8-b2 | - | - | 1.25 | 0.80 | 1.00 | ok |" in text,
+      "the wide tile: 100 / 80 at batch 32, 400 / 500 at batch 128, their geometric mean 1:\n" + text)
+check("| rows64-broken | - | - | 2.00 | - | 2.00 | DIFFERS on some shapes |" in text,
+      "a member that differs is averaged and marked:\n" + text)
+check("| 16 | 4 | 64 | f32 | replay | 50.0 | 50% | rows16-lanes32-R4-w4-b4-persistent | 40.0 | 2.00 |" in text,
+      "replay's library and fastest exact member, fused accept's library 100 / replay's 50:\n" + text)
+check("| 16 | 4 | 64 | f32 | fused-accept | 100.0 | 50% | library | 100.0 | - |" in text, "fused accept has no ratio:\n" + text)
+check("| 16 | 2 | 1 | 10.0 | 9.0 | 0.90 | rows64-lanes16-R4-w8-b1 | 8.0 |" in text, "the conv's table:\n" + text)
+check("| 16 | 8 | 1 | 10.0 | 11.0 | 1.10 |" in text, "the trees' table:\n" + text)
+check("3 member run(s) gave other bits than the library: a bug" in text, "the three DIFFERS rows counted:\n" + text)
 
 without_fla = run(sweep, None)
 check("No fla_peer.csv" in without_fla and aim_line(without_fla, "kdagraph / FLA") == "",

@@ -2,7 +2,7 @@
 """Tests of the `kdagraph` command line, one ctest per case (tests/tools/CMakeLists.txt asks --list).
 
     cli_test.py --cli PATH [--recorder LIB] [--nvtx-off-cli PATH] [--nvtx-compiled-out]
-                [--plot profiling/plot.py] [--work DIR] CASE
+                [--drift-plot profiling/drift_plot.py] [--work DIR] CASE
 
 Exit 0: passed; 1: failed (with the reason); 77: skipped (does not apply to this build or machine).
 """
@@ -646,7 +646,7 @@ def json_output():
 
 
 # ---------------------------------------------------------------------------------------------------
-# bench and plot.py
+# bench
 # ---------------------------------------------------------------------------------------------------
 
 BENCH_COLUMNS = ["backend", "mode", "exec", "sampler", "layers", "heads", "value_heads", "head_k", "head_v",
@@ -752,26 +752,6 @@ def check_bench_aims(md, rows):
         want = "-" if aim is None else ("pass" if speedup >= aim else "miss")
         if cells[7] != want:
             raise Failure(f"replay aims row {line}: verdict {cells[7]}, expected {want}")
-
-
-@case
-def plot_charts():
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise Skip("matplotlib is not installed (pip install matplotlib)")
-    if not ARGS.plot:
-        raise Skip("no --plot script given")
-    _, csv_path, _ = small_bench("plot")
-    p = subprocess.run([sys.executable, ARGS.plot, csv_path, "--out", work_dir()], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise Failure(f"plot.py failed:\n{p.stderr}")
-    for suffix in ("_latency.png", "_speedup.png", "_bandwidth.png"):
-        path = os.path.join(work_dir(), "plot" + suffix)
-        with open(path, "rb") as f:
-            if f.read(8) != b"\x89PNG\r\n\x1a\n":
-                raise Failure(f"{path} is not a PNG")
-    print(p.stdout)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -940,7 +920,6 @@ def main():
     ap.add_argument("--recorder", help="the NVTX injection library (tests/tools/nvtx_recorder.cpp)")
     ap.add_argument("--nvtx-off-cli", help="the command line built with NVTX compiled out")
     ap.add_argument("--nvtx-compiled-out", action="store_true", help="--cli itself has NVTX compiled out")
-    ap.add_argument("--plot", help="profiling/plot.py")
     ap.add_argument("--drift-plot", help="profiling/drift_plot.py")
     ap.add_argument("--work", help="a folder for the files the cases write")
     ap.add_argument("case", nargs="?")
